@@ -1,0 +1,23 @@
+# Two commands on a fresh machine with Python 3.11: `make demo` and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test bench clean
+
+$(BIN)/llama-index-recency: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first and exactly: the CPU build, never a CUDA one pulled in by a dependency
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $@
+
+demo: $(BIN)/llama-index-recency  ## the bundled 16 memories and 10 questions, embedded Qdrant, offline
+	HF_HUB_OFFLINE=1 $(BIN)/llama-index-recency demo
+
+test: $(BIN)/llama-index-recency  ## the test suite
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,51 @@
+"""The seed's bundled example: 16 dated memories about Taro and 10 labelled questions."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import date
+from importlib import resources
+from typing import Any, Literal, Optional
+
+from llama_index.core.schema import TextNode
+
+from llama_index_recency.memory import memory_node
+
+QuestionKind = Literal["hit", "contradiction", "hit_free"]
+
+
+@dataclass(frozen=True)
+class ExampleQuestion:
+    """A labelled question: ``targets`` are the memory keys that should reach the prompt."""
+
+    id: str
+    kind: QuestionKind
+    text: str
+    targets: tuple[str, ...]
+
+
+def _load(name: str) -> dict[str, Any]:
+    return json.loads(resources.files("llama_index_recency.data").joinpath(name).read_text("utf-8"))
+
+
+EXAMPLE_REFERENCE_DATE = date.fromisoformat(_load("memories.json")["reference_date"])
+"""'Today' in the seed's measurements (2026-09-10)."""
+
+
+def example_memories(user_name: Optional[str] = None) -> list[TextNode]:
+    """The 16 memories as nodes; metadata ``key`` names each one (e.g. ``cafe_au_lait``)."""
+    data = _load("memories.json")
+    name = user_name or data["user_name"]
+    return [
+        memory_node(item["fact"], item["date"], user_name=name, metadata={"key": item["key"]})
+        for item in data["memories"]
+    ]
+
+
+def example_questions() -> list[ExampleQuestion]:
+    """H1-H4 (hit), C1-C2 (contradiction) and N1-N4 (hit-free), in the seed's order."""
+    return [
+        ExampleQuestion(q["id"], q["kind"], q["text"], tuple(q["targets"]))
+        for q in _load("questions.json")["questions"]
+    ]

@@ -1,0 +1,284 @@
+"""The recency math: one definition of the date parsing, the bonus and the ranking.
+
+Everything that scores a memory (the postprocessor, the Qdrant retriever, calibration)
+goes through :class:`RecencyPolicy`, so the formula is written exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import date, datetime, time, timezone
+from typing import Any, Literal, Optional
+
+from llama_index.core.bridge.pydantic import (
+    BaseModel,
+    Field,
+    PrivateAttr,
+    field_serializer,
+    field_validator,
+)
+from llama_index.core.schema import NodeWithScore
+
+logger = logging.getLogger(__name__)
+
+SECONDS_PER_DAY = 86_400.0
+
+MissingDatePolicy = Literal["no_bonus", "drop", "raise"]
+
+
+class MemoryDateError(ValueError):
+    """A memory's date is missing or unreadable and the policy says to raise."""
+
+
+def parse_memory_date(value: Any) -> datetime:
+    """Read a date, a datetime or an ISO 8601 string as an aware UTC datetime.
+
+    Dates mean midnight UTC and naive datetimes are taken as UTC, which is also how
+    Qdrant reads datetime payloads, so both sides compute the same age.
+    Raises ``ValueError`` for anything else (numbers, empty strings, garbage).
+    """
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, date):
+        parsed = datetime.combine(value, time.min)
+    elif isinstance(value, str) and value.strip():
+        try:
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError(f"not an ISO 8601 date: {value!r}") from None
+    else:
+        raise ValueError(f"not a date: {value!r}")
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed.astimezone(timezone.utc)
+
+
+def age_in_days(memory_date: datetime, reference: datetime) -> float:
+    """Days from ``memory_date`` to ``reference``; a future memory is 0 days old."""
+    return max(0.0, (reference - memory_date).total_seconds() / SECONDS_PER_DAY)
+
+
+def recency_bonus(age_days: float, weight: float, tau_days: float) -> float:
+    """``weight * exp(-age_days / tau_days)``: at most ``weight``, halving every ~0.69 tau."""
+    return weight * math.exp(-max(0.0, age_days) / tau_days)
+
+
+@dataclass(frozen=True)
+class RankedMemory:
+    """One candidate's explanation: how its final score came about and what happened to it."""
+
+    node_id: str
+    text: str
+    date: Optional[str]
+    raw: float
+    age_days: Optional[float]
+    bonus: float
+    final: float
+    kept: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class RecencyRanking:
+    """The re-ranked candidates (best first) and the nodes that made it into the prompt."""
+
+    rows: tuple[RankedMemory, ...]
+    nodes: tuple[NodeWithScore, ...]
+
+    def to_table(self) -> str:
+        """Render the rows as the seed's Markdown table (memory, raw, bonus, final, verdict)."""
+        lines = [
+            "| Memory | Raw cosine | Bonus | Final | Verdict |",
+            "|---|---|---|---|---|",
+        ]
+        for row in self.rows:
+            lines.append(
+                f"| {_one_line(row.text)} | {row.raw:.3f} | +{row.bonus:.3f} "
+                f"| {row.final:.3f} | {row.reason} |"
+            )
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_table()
+
+
+def _one_line(text: str, width: int = 72) -> str:
+    flat = " ".join(text.split()).replace("|", "\\|")
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+class RecencyPolicy(BaseModel):
+    """Parameters of the recency re-rank and the ranking itself.
+
+    final = raw cosine + weight * exp(-age_days / tau_days); re-sort by final and keep
+    at most ``top_n`` candidates with final >= ``threshold``.
+    """
+
+    weight: float = Field(
+        default=0.05, ge=0.0, description="Largest bonus, given to a memory dated today."
+    )
+    tau_days: float = Field(
+        default=14.0, gt=0.0, description="Decay constant of the bonus, in days."
+    )
+    threshold: float = Field(
+        default=0.45,
+        description="Lowest post-bonus score that may enter the prompt.",
+    )
+    top_n: int = Field(default=3, ge=1, description="Most memories kept for the prompt.")
+    date_key: str = Field(
+        default="date", description="Metadata / payload key holding the memory's date."
+    )
+    reference_date: Any = Field(
+        default=None,
+        description=(
+            "'Today' for the age computation: None (now), a date, a datetime, an ISO "
+            "string, or a zero-argument callable returning one of those."
+        ),
+    )
+    on_missing_date: MissingDatePolicy = Field(
+        default="no_bonus",
+        description=(
+            "A candidate without a readable date: 'no_bonus' (keep, raw score, warn "
+            "once), 'drop' (leave it out) or 'raise' (MemoryDateError)."
+        ),
+    )
+
+    _warned_missing_date: bool = PrivateAttr(default=False)
+
+    @field_validator("reference_date")
+    @classmethod
+    def _check_reference_date(cls, value: Any) -> Any:
+        if value is None or callable(value):
+            return value
+        if isinstance(value, str):
+            parse_memory_date(value)  # fail at construction, not at query time
+            return value
+        if isinstance(value, date):
+            return value
+        raise ValueError(
+            f"reference_date must be a date, datetime, ISO string or callable, got {value!r}"
+        )
+
+    @field_serializer("reference_date")
+    def _serialize_reference_date(self, value: Any) -> Optional[str]:
+        if value is None or isinstance(value, str):
+            return value
+        if isinstance(value, date):
+            return value.isoformat()
+        raise ValueError(
+            "reference_date is a callable and cannot be serialized; "
+            "pass None (now), a date or an ISO string instead"
+        )
+
+    def reference(self) -> datetime:
+        """The reference instant ('today') as an aware UTC datetime."""
+        value = self.reference_date
+        if callable(value):
+            value = value()
+        if value is None:
+            return datetime.now(timezone.utc)
+        return parse_memory_date(value)
+
+    def bonus(self, age_days: float) -> float:
+        """The recency bonus for a memory ``age_days`` old."""
+        return recency_bonus(age_days, self.weight, self.tau_days)
+
+    def rank(
+        self,
+        nodes: Sequence[NodeWithScore],
+        reference: Optional[datetime] = None,
+        bonus_scale: float = 1.0,
+    ) -> RecencyRanking:
+        """Re-rank retrieved candidates by post-bonus score and pick the prompt's memories.
+
+        ``bonus_scale`` multiplies every bonus (1.0 = as configured). Returns new
+        ``NodeWithScore`` objects carrying the final score; the caller's nodes and their
+        metadata are left untouched.
+        """
+        reference = reference or self.reference()
+        scored: list[tuple[float, int, NodeWithScore, RankedMemory]] = []
+        for position, candidate in enumerate(nodes):
+            row = self._score(candidate, reference, bonus_scale)
+            scored.append((row.final, position, candidate, row))
+        # Stable: equal finals keep the retriever's (raw cosine) order.
+        scored.sort(key=lambda item: (-item[0], item[1]))
+
+        rows: list[RankedMemory] = []
+        kept: list[NodeWithScore] = []
+        for final, _, candidate, row in scored:
+            if row.reason == "dropped: no date":
+                rows.append(row)
+                continue
+            if final < self.threshold:
+                reason = f"below {self.threshold:g}"
+            elif len(kept) >= self.top_n:
+                reason = f"over top {self.top_n}"
+            else:
+                reason = "kept"
+                kept.append(NodeWithScore(node=candidate.node, score=final))
+            rows.append(replace(row, kept=reason == "kept", reason=reason))
+        return RecencyRanking(rows=tuple(rows), nodes=tuple(kept))
+
+    def _score(
+        self, candidate: NodeWithScore, reference: datetime, bonus_scale: float
+    ) -> RankedMemory:
+        node = candidate.node
+        raw = candidate.score
+        if raw is None or (isinstance(raw, float) and math.isnan(raw)):
+            raise ValueError(
+                f"node {node.node_id!r} has no similarity score ({raw!r}); the recency "
+                "bonus re-ranks retriever results, which carry one"
+            )
+        raw = float(raw)
+        date_value = node.metadata.get(self.date_key)
+        try:
+            memory_date = parse_memory_date(date_value)
+        except ValueError as error:
+            return self._undated(node.node_id, node.get_content(), raw, date_value, error)
+        age = age_in_days(memory_date, reference)
+        bonus = self.bonus(age) * bonus_scale
+        return RankedMemory(
+            node_id=node.node_id,
+            text=node.get_content(),
+            date=str(date_value),
+            raw=raw,
+            age_days=age,
+            bonus=bonus,
+            final=raw + bonus,
+            kept=False,
+            reason="",
+        )
+
+    def _undated(
+        self, node_id: str, text: str, raw: float, value: Any, error: ValueError
+    ) -> RankedMemory:
+        if self.on_missing_date == "raise":
+            raise MemoryDateError(
+                f"node {node_id!r} has no usable {self.date_key!r} "
+                f"(value {value!r}): {error}"
+            ) from None
+        dropped = self.on_missing_date == "drop"
+        if not dropped and not self._warned_missing_date:
+            self._warned_missing_date = True
+            logger.warning(
+                "node %r has no usable %r (value %r); ranking it on raw cosine with no "
+                "bonus (further undated nodes are not reported)",
+                node_id,
+                self.date_key,
+                value,
+            )
+        return RankedMemory(
+            node_id=node_id,
+            text=text,
+            date=None if value is None else str(value),
+            raw=raw,
+            age_days=None,
+            bonus=0.0,
+            final=raw,
+            kept=False,
+            reason="dropped: no date" if dropped else "",
+        )
+

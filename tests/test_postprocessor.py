@@ -1,0 +1,232 @@
+"""The recency bonus and cutoff, checked against the seed's published numbers."""
+
+from __future__ import annotations
+
+import logging
+from datetime import date, datetime, timedelta, timezone
+
+import pytest
+from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
+
+from llama_index_recency import MemoryDateError, RecencyBonusPostprocessor, memory_node
+
+SEED_TODAY = "2026-09-10"
+
+
+def candidate(day: str | None, raw: float | None, text: str | None = None) -> NodeWithScore:
+    metadata = {} if day is None else {"date": day}
+    return NodeWithScore(node=TextNode(text=text or f"{day}: fact", metadata=metadata), score=raw)
+
+
+@pytest.fixture
+def seed_postprocessor() -> RecencyBonusPostprocessor:
+    return RecencyBonusPostprocessor(reference_date=SEED_TODAY)
+
+
+def test_c1_coffee_table_matches_seed(seed_postprocessor: RecencyBonusPostprocessor) -> None:
+    ranking = seed_postprocessor.explain(
+        [candidate("2026-08-20", 0.471, "black"), candidate("2026-09-01", 0.441, "cafe")]
+    )
+    rows = {row.text: row for row in ranking.rows}
+    assert (round(rows["black"].bonus, 3), round(rows["black"].final, 3)) == (0.011, 0.482)
+    assert (round(rows["cafe"].bonus, 3), round(rows["cafe"].final, 3)) == (0.026, 0.467)
+    assert rows["cafe"].age_days == 9.0
+    assert [row.kept for row in ranking.rows] == [True, True]
+
+
+def test_h2_table_matches_seed_and_all_three_pass(
+    seed_postprocessor: RecencyBonusPostprocessor,
+) -> None:
+    nodes = [
+        candidate("2026-08-28", 0.456, "tts"),
+        candidate("2026-09-08", 0.421, "pasta"),
+        candidate("2026-09-09", 0.408, "article"),
+    ]
+    ranking = seed_postprocessor.explain(nodes)
+    assert [(r.text, round(r.bonus, 3), round(r.final, 3)) for r in ranking.rows] == [
+        ("tts", 0.020, 0.476),
+        ("pasta", 0.043, 0.464),
+        ("article", 0.047, 0.455),
+    ]
+    kept = seed_postprocessor.postprocess_nodes(nodes)
+    assert [n.node.get_content() for n in kept] == ["tts", "pasta", "article"]
+    assert [round(n.score, 3) for n in kept] == [0.476, 0.464, 0.455]
+
+
+@pytest.mark.parametrize(("age", "bonus"), [(1, 0.047), (14, 0.018), (30, 0.006)])
+def test_bonus_by_age_matches_seed(age: int, bonus: float) -> None:
+    postprocessor = RecencyBonusPostprocessor(reference_date=date(2026, 9, 10))
+    assert round(postprocessor.bonus(age), 3) == bonus
+
+
+def test_resort_threshold_and_top_n(seed_postprocessor: RecencyBonusPostprocessor) -> None:
+    nodes = [
+        candidate("2026-06-01", 0.60, "old strong"),
+        candidate("2026-06-01", 0.449, "old just under"),
+        candidate("2026-09-09", 0.44, "new promoted"),
+        candidate("2026-09-10", 0.42, "today"),
+        candidate("2026-09-09", 0.41, "new weak"),
+    ]
+    ranking = seed_postprocessor.explain(nodes)
+    assert [r.text for r in ranking.rows] == [
+        "old strong", "new promoted", "today", "new weak", "old just under"
+    ]
+    assert [r.reason for r in ranking.rows] == [
+        "kept", "kept", "kept", "over top 3", "below 0.45"
+    ]
+    assert [n.node.get_content() for n in ranking.nodes] == ["old strong", "new promoted", "today"]
+
+
+def test_threshold_applies_to_final_score_inclusive() -> None:
+    postprocessor = RecencyBonusPostprocessor(reference_date=SEED_TODAY, weight=0.0)
+    kept = postprocessor.postprocess_nodes([candidate("2026-09-01", 0.45), candidate("2026-09-01", 0.4499)])
+    assert [n.score for n in kept] == [0.45]
+
+
+def test_nothing_over_threshold_gives_no_nodes(seed_postprocessor: RecencyBonusPostprocessor) -> None:
+    assert seed_postprocessor.postprocess_nodes([candidate("2026-09-10", 0.39)]) == []
+    assert seed_postprocessor.postprocess_nodes([]) == []
+
+
+def test_equal_finals_keep_retriever_order(seed_postprocessor: RecencyBonusPostprocessor) -> None:
+    nodes = [candidate("2026-09-01", 0.5, t) for t in ("first", "second", "third")]
+    assert [n.node.get_content() for n in seed_postprocessor.postprocess_nodes(nodes)] == [
+        "first", "second", "third"
+    ]
+
+
+def test_future_date_gets_at_most_the_weight(seed_postprocessor: RecencyBonusPostprocessor) -> None:
+    (row,) = seed_postprocessor.explain([candidate("2027-01-01", 0.4)]).rows
+    assert row.age_days == 0.0
+    assert row.bonus == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize(
+    ("value", "age"),
+    [
+        ("2026-09-09", 1.0),
+        ("2026-09-09T12:00:00", 0.5),  # naive: UTC
+        ("2026-09-09T21:00:00+09:00", 0.5),  # 12:00 UTC
+        (datetime(2026, 9, 9, 12, tzinfo=timezone.utc), 0.5),
+        (date(2026, 9, 9), 1.0),
+        (datetime(2026, 9, 9, 12), 0.5),
+    ],
+)
+def test_date_forms(value: object, age: float) -> None:
+    postprocessor = RecencyBonusPostprocessor(reference_date=SEED_TODAY)
+    node = NodeWithScore(node=TextNode(text="x", metadata={"date": value}), score=0.5)
+    (row,) = postprocessor.explain([node]).rows
+    assert row.age_days == pytest.approx(age)
+
+
+@pytest.mark.parametrize(
+    "reference",
+    [
+        "2026-09-10",
+        date(2026, 9, 10),
+        datetime(2026, 9, 10, tzinfo=timezone.utc),
+        lambda: "2026-09-10",
+        lambda: date(2026, 9, 10),
+    ],
+)
+def test_reference_date_forms(reference: object) -> None:
+    postprocessor = RecencyBonusPostprocessor(reference_date=reference)
+    (row,) = postprocessor.explain([candidate("2026-09-01", 0.441)]).rows
+    assert row.age_days == 9.0
+
+
+def test_reference_date_none_means_now() -> None:
+    yesterday = (datetime.now(timezone.utc) - timedelta(days=1)).isoformat()
+    (row,) = RecencyBonusPostprocessor().explain([candidate(yesterday, 0.4)]).rows
+    assert row.age_days == pytest.approx(1.0, abs=1e-3)
+
+
+def test_bad_reference_date_is_rejected_at_construction() -> None:
+    with pytest.raises(ValueError, match="not an ISO 8601 date: 'next tuesday'"):
+        RecencyBonusPostprocessor(reference_date="next tuesday")
+
+
+def test_missing_date_no_bonus_logs_once(caplog: pytest.LogCaptureFixture) -> None:
+    postprocessor = RecencyBonusPostprocessor(reference_date=SEED_TODAY)
+    nodes = [candidate(None, 0.5, "undated"), candidate("garbage", 0.46, "garbled")]
+    with caplog.at_level(logging.WARNING, logger="llama_index_recency"):
+        ranking = postprocessor.explain(nodes)
+        postprocessor.explain(nodes)
+    assert [(r.text, r.bonus, r.final, r.kept) for r in ranking.rows] == [
+        ("undated", 0.0, 0.5, True),
+        ("garbled", 0.0, 0.46, True),
+    ]
+    assert len(caplog.records) == 1
+    assert nodes[0].node.node_id in caplog.text
+
+
+def test_missing_date_drop() -> None:
+    postprocessor = RecencyBonusPostprocessor(reference_date=SEED_TODAY, on_missing_date="drop")
+    ranking = postprocessor.explain([candidate(None, 0.9, "undated"), candidate("2026-09-09", 0.5, "dated")])
+    assert [n.node.get_content() for n in ranking.nodes] == ["dated"]
+    assert [(r.text, r.reason) for r in ranking.rows] == [
+        ("undated", "dropped: no date"),
+        ("dated", "kept"),
+    ]
+
+
+def test_missing_date_raise_names_node_and_value() -> None:
+    postprocessor = RecencyBonusPostprocessor(reference_date=SEED_TODAY, on_missing_date="raise")
+    bad = candidate("31/08/2026", 0.5)
+    with pytest.raises(MemoryDateError, match=f"{bad.node.node_id}.*'31/08/2026'"):
+        postprocessor.postprocess_nodes([candidate("2026-09-01", 0.5), bad])
+
+
+@pytest.mark.parametrize("raw", [None, float("nan")])
+def test_node_without_score_is_an_error(raw: float | None) -> None:
+    node = candidate("2026-09-01", raw)
+    with pytest.raises(ValueError, match=f"node '{node.node.node_id}' has no similarity score"):
+        RecencyBonusPostprocessor(reference_date=SEED_TODAY).postprocess_nodes([node])
+
+
+def test_caller_nodes_are_not_mutated_and_prompt_text_is_clean() -> None:
+    node = memory_node("Taro made mentaiko pasta at home.", "2026-09-08")
+    original = NodeWithScore(node=node, score=0.421)
+    before = node.model_dump()
+    (kept,) = RecencyBonusPostprocessor(reference_date=SEED_TODAY).postprocess_nodes([original])
+    assert original.score == 0.421
+    assert node.model_dump() == before
+    assert kept.score == pytest.approx(0.421 + 0.05 * 2.718281828459045 ** (-2 / 14))
+    assert kept.node.get_content(metadata_mode=MetadataMode.LLM) == (
+        "2026-09-08: Taro made mentaiko pasta at home."
+    )
+
+
+def test_ranking_table_is_printable(seed_postprocessor: RecencyBonusPostprocessor) -> None:
+    table = seed_postprocessor.explain([candidate("2026-09-01", 0.441, "Sweet café au lait")]).to_table()
+    assert table.splitlines()[2] == "| Sweet café au lait | 0.441 | +0.026 | 0.467 | kept |"
+
+
+def test_serialization_round_trip() -> None:
+    postprocessor = RecencyBonusPostprocessor(
+        weight=0.04, tau_days=30, threshold=0.5, top_n=2, date_key="when",
+        reference_date=date(2026, 9, 10), on_missing_date="drop",
+    )
+    data = postprocessor.to_dict()
+    assert data["class_name"] == "RecencyBonusPostprocessor"
+    restored = RecencyBonusPostprocessor.from_dict(data)
+    assert restored.model_dump(exclude={"callback_manager"}) == {
+        **postprocessor.model_dump(exclude={"callback_manager"}),
+        "reference_date": "2026-09-10",
+    }
+    assert restored.reference() == postprocessor.reference()
+    assert RecencyBonusPostprocessor.from_json(postprocessor.to_json()).threshold == 0.5
+
+
+def test_callable_reference_date_refuses_to_serialize() -> None:
+    with pytest.raises(Exception, match="callable and cannot be serialized"):
+        RecencyBonusPostprocessor(reference_date=lambda: "2026-09-10").to_dict()
+
+
+async def test_async_path_matches_sync(seed_postprocessor: RecencyBonusPostprocessor) -> None:
+    nodes = [candidate("2026-08-28", 0.456), candidate("2026-09-09", 0.408)]
+    sync = seed_postprocessor.postprocess_nodes(nodes)
+    asynchronous = await seed_postprocessor.apostprocess_nodes(nodes)
+    assert [(n.node.node_id, n.score) for n in asynchronous] == [
+        (n.node.node_id, n.score) for n in sync
+    ]
