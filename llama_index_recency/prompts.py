@@ -15,7 +15,7 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.prompts import ChatPromptTemplate, PromptTemplate
 
 MEMORY_RULES = """\
-Below, inside <retrieved_memory>, are memories about the user. Each starts with the date \
+Below, between the retrieved_memory tags, are memories about the user. Each starts with the date \
 it was recorded (YYYY-MM-DD). Rules for using them:
 - Use a memory only when it is relevant to what the user just said; otherwise ignore it.
 - Never bring a memory up unprompted or steer the conversation toward it.
@@ -57,7 +57,24 @@ RETRIEVED_MEMORY_PROMPT = ChatPromptTemplate(
 )
 """B-format chat prompt for ``text_qa_template`` (variables ``context_str``, ``query_str``, ``today``)."""
 
-RETRIEVED_MEMORY_CONTEXT_TEMPLATE = PromptTemplate(
+
+
+class _ContextTemplate(PromptTemplate):
+    """A ``PromptTemplate`` whose ``partial_format(today=...)`` survives LlamaIndex's chat engines.
+
+    Those engines copy only a context template's text and function mappings, so a
+    partial ``today`` is kept as a mapping rather than in ``kwargs``.
+    """
+
+    def partial_format(self, **kwargs: Any) -> PromptTemplate:
+        prompt = super().partial_format(**kwargs)
+        if "today" in kwargs:
+            today = str(kwargs["today"])
+            prompt.function_mappings = {**_FUNCTION_MAPPINGS, "today": lambda **_: today}
+        return prompt
+
+
+RETRIEVED_MEMORY_CONTEXT_TEMPLATE = _ContextTemplate(
     _SYSTEM + "\n\n", function_mappings=_FUNCTION_MAPPINGS
 )
 """B-format ``context_template`` for the context and condense-plus-context chat engines.

@@ -1,0 +1,78 @@
+"""Memory records: text, metadata, ids and the user's name."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timezone
+
+import pytest
+from llama_index.core.schema import MetadataMode
+
+from llama_index_recency import example_memories, example_questions, memory_node
+
+
+def test_text_has_date_prefix_and_metadata_holds_iso_date() -> None:
+    node = memory_node("Taro has been drinking sweet café au lait lately.", date(2026, 9, 1))
+    assert node.text == "2026-09-01: Taro has been drinking sweet café au lait lately."
+    assert node.metadata == {"date": "2026-09-01"}
+
+
+def test_date_is_not_shown_twice_to_embedding_or_llm() -> None:
+    node = memory_node("Taro made mentaiko pasta.", "2026-09-08", metadata={"key": "pasta"})
+    expected = "2026-09-08: Taro made mentaiko pasta."
+    assert node.get_content(metadata_mode=MetadataMode.EMBED) == expected
+    assert node.get_content(metadata_mode=MetadataMode.LLM) == expected
+
+
+def test_same_fact_and_date_give_the_same_id() -> None:
+    first = memory_node("Taro  drinks coffee black.", "2026-08-20")
+    again = memory_node("Taro drinks coffee black.", date(2026, 8, 20))
+    other_day = memory_node("Taro drinks coffee black.", "2026-08-21")
+    assert first.node_id == again.node_id
+    assert first.node_id != other_day.node_id
+
+
+def test_datetime_keeps_its_offset_and_the_users_day() -> None:
+    node = memory_node("Taro went for a walk.", "2026-09-01T08:00:00+09:00")
+    assert node.metadata["date"] == "2026-09-01T08:00:00+09:00"
+    assert node.text.startswith("2026-09-01: ")  # 2026-08-31 in UTC
+    naive = memory_node("Taro went for a walk.", datetime(2026, 9, 1, 20, 30))
+    assert naive.metadata["date"] == datetime(2026, 9, 1, 20, 30, tzinfo=timezone.utc).isoformat()
+
+
+@pytest.mark.parametrize(
+    ("fact", "expected"),
+    [
+        ("The user drinks coffee black.", "Taro drinks coffee black."),
+        ("the user's favorite food is mentaiko pasta.", "Taro's favorite food is mentaiko pasta."),
+        ("User finished the article.", "Taro finished the article."),
+        ("A username is not a subject.", "A username is not a subject."),
+    ],
+)
+def test_user_name_replaces_the_generic_subject(fact: str, expected: str) -> None:
+    assert memory_node(fact, "2026-09-01", user_name="Taro").text == f"2026-09-01: {expected}"
+
+
+@pytest.mark.parametrize(("fact", "day"), [("", "2026-09-01"), ("ok", "yesterday"), ("ok", 1756684800)])
+def test_bad_input_is_rejected(fact: str, day: object) -> None:
+    with pytest.raises(ValueError):
+        memory_node(fact, day)  # type: ignore[arg-type]
+
+
+def test_metadata_cannot_shadow_the_date() -> None:
+    with pytest.raises(ValueError, match="'date'"):
+        memory_node("x", "2026-09-01", metadata={"date": "2020-01-01"})
+
+
+def test_bundled_example_matches_the_seed() -> None:
+    memories = example_memories()
+    questions = example_questions()
+    assert len(memories) == 16 and len({m.node_id for m in memories}) == 16
+    assert [q.id for q in questions] == ["H1", "H2", "H3", "H4", "C1", "C2", "N1", "N2", "N3", "N4"]
+    by_key = {m.metadata["key"]: m.text for m in memories}
+    assert by_key["cafe_au_lait"] == "2026-09-01: Taro has been drinking sweet café au lait lately."
+    assert by_key["benchmark_article"].startswith("2026-09-09: Taro finished")
+    assert by_key["tts_server"].startswith("2026-08-28: ")
+    assert all("the user" not in text.lower() for text in by_key.values())
+    targets = {key for q in questions for key in q.targets}
+    assert targets <= set(by_key)
+    assert all(not q.targets for q in questions if q.kind == "hit_free")
