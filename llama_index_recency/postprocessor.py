@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+from llama_index.core.bridge.pydantic import Field
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from llama_index_recency.past import points_to_past
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 
 
@@ -18,6 +20,17 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
     is its final score. :meth:`explain` shows the numbers behind the decision.
     """
 
+    past_bonus_scale: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Bonus multiplier for questions that explicitly point to the past ('this is "
+            "an old story, but…', 'back in the summer…'; see past.PAST_POINTING_PATTERNS). "
+            "1.0 (default) turns the option off; 0.0 removes the bonus for them."
+        ),
+    )
+
     @classmethod
     def class_name(cls) -> str:
         return "RecencyBonusPostprocessor"
@@ -28,8 +41,13 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         query_bundle: Optional[QueryBundle] = None,
     ) -> RecencyRanking:
         """Score every candidate and say which are kept and why (raw, age, bonus, final)."""
-        del query_bundle  # the bonus depends on the memory's date, not on the question
-        return self.rank(nodes)
+        return self.rank(nodes, bonus_scale=self._bonus_scale(query_bundle))
+
+    def _bonus_scale(self, query_bundle: Optional[QueryBundle]) -> float:
+        """``past_bonus_scale`` if the question points to the past, else 1.0."""
+        if query_bundle is not None and points_to_past(query_bundle.query_str):
+            return self.past_bonus_scale
+        return 1.0
 
     def _postprocess_nodes(
         self,

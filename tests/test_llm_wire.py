@@ -15,7 +15,7 @@ from llama_index_recency import (
     openai_like_llm,
 )
 
-from conftest import QUERY, FakeOpenAIServer, KnownCosineEmbedding, cosines_for
+from conftest import QUERY, OpenAIServer, KnownCosineEmbedding, cosines_for
 
 TODAY = "2026-09-10"
 MEMORIES = [
@@ -46,7 +46,7 @@ def index():
     return index
 
 
-def llm(server: FakeOpenAIServer):
+def llm(server: OpenAIServer):
     return openai_like_llm(model="qwen-test", api_base=server.base_url, api_key="test-key",
                            max_retries=0)
 
@@ -55,7 +55,7 @@ def recency(**kwargs: object) -> RecencyBonusPostprocessor:
     return RecencyBonusPostprocessor(reference_date=TODAY, **kwargs)
 
 
-def test_query_engine_sends_b_format_with_thinking_off(index, openai_server: FakeOpenAIServer) -> None:
+def test_query_engine_sends_b_format_with_thinking_off(index, openai_server: OpenAIServer) -> None:
     engine = index.as_query_engine(
         llm=llm(openai_server),
         similarity_top_k=8,
@@ -77,7 +77,7 @@ def test_query_engine_sends_b_format_with_thinking_off(index, openai_server: Fak
 
 
 def test_no_memory_over_threshold_still_reaches_the_llm_without_a_block(
-    index, openai_server: FakeOpenAIServer
+    index, openai_server: OpenAIServer
 ) -> None:
     engine = index.as_query_engine(
         llm=llm(openai_server),
@@ -97,7 +97,7 @@ def test_no_memory_over_threshold_still_reaches_the_llm_without_a_block(
     ]
 
 
-def test_stock_engines_skip_the_llm_when_nothing_passes(index, openai_server: FakeOpenAIServer) -> None:
+def test_stock_engines_skip_the_llm_when_nothing_passes(index, openai_server: OpenAIServer) -> None:
     """Why MemoryResponseSynthesizer exists: LlamaIndex short-circuits on zero nodes."""
     engine = index.as_query_engine(llm=llm(openai_server), similarity_top_k=8,
                                    node_postprocessors=[recency(threshold=0.9)])
@@ -106,7 +106,7 @@ def test_stock_engines_skip_the_llm_when_nothing_passes(index, openai_server: Fa
 
 
 def test_stock_context_chat_engine_with_the_b_format_template(
-    index, openai_server: FakeOpenAIServer
+    index, openai_server: OpenAIServer
 ) -> None:
     chat = index.as_chat_engine(
         chat_mode="context",
@@ -125,7 +125,7 @@ def test_stock_context_chat_engine_with_the_b_format_template(
 
 
 def test_recency_chat_engine_answers_with_and_without_memories(
-    index, openai_server: FakeOpenAIServer
+    index, openai_server: OpenAIServer
 ) -> None:
     chat = RecencyChatEngine.from_defaults(
         retriever=index.as_retriever(similarity_top_k=8),
@@ -158,7 +158,7 @@ def test_recency_chat_engine_answers_with_and_without_memories(
     ]
 
 
-async def test_async_chat_engine_over_async_qdrant(openai_server: FakeOpenAIServer) -> None:
+async def test_async_chat_engine_over_async_qdrant(openai_server: OpenAIServer) -> None:
     index, nodes = memory_index(use_async=True)
     await index.ainsert_nodes(nodes)
     chat = RecencyChatEngine.from_defaults(
