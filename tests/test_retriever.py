@@ -1,0 +1,365 @@
+"""QdrantRecencyRetriever: the recency re-rank computed inside Qdrant over the whole store."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+from llama_index.core import MockEmbedding, VectorStoreIndex
+from llama_index.core.chat_engine import ContextChatEngine
+from llama_index.core.llms import MockLLM
+from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.vector_stores.qdrant import QdrantVectorStore
+from qdrant_client import AsyncQdrantClient, QdrantClient
+
+from llama_index_recency import (
+    MemoryDateError,
+    RecencyBonusPostprocessor,
+    RecencyPolicy,
+    memory_node,
+    open_memory_index,
+)
+from llama_index_recency.retriever import QdrantRecencyRetriever
+from tests.conftest import QUERY, KnownCosineEmbedding, cosines_for
+
+SEED_TODAY = "2026-09-10"
+REFERENCE = datetime(2026, 9, 10, tzinfo=timezone.utc)
+
+
+def known_cosine_nodes(rows: Sequence[tuple[str, str | None, float]]) -> list[TextNode]:
+    """Nodes whose embedding has exactly cosine ``raw`` with the query vector e0."""
+    nodes = []
+    for i, (fact, day, raw) in enumerate(rows):
+        node = memory_node(fact, day) if day else TextNode(text=fact, metadata={})
+        vector = [0.0] * (len(rows) + 1)
+        vector[0], vector[i + 1] = raw, math.sqrt(1.0 - raw * raw)
+        node.embedding = vector
+        nodes.append(node)
+    return nodes
+
+
+def store_of(nodes: Sequence[TextNode], name: str = "memories") -> QdrantVectorStore:
+    store = QdrantVectorStore(collection_name=name, client=QdrantClient(location=":memory:"))
+    store.add(list(nodes))
+    return store
+
+
+def e0_query(dim: int) -> QueryBundle:
+    return QueryBundle(QUERY, embedding=[1.0] + [0.0] * (dim - 1))
+
+
+def retriever_for(
+    store: QdrantVectorStore, candidate_limit: int = 1000, **policy: object
+) -> QdrantRecencyRetriever:
+    return QdrantRecencyRetriever(
+        store,
+        MockEmbedding(embed_dim=1),  # never called: the queries carry their embedding
+        policy=RecencyBonusPostprocessor(reference_date=SEED_TODAY, **policy),
+        candidate_limit=candidate_limit,
+    )
+
+
+def all_candidates(store: QdrantVectorStore, query: QueryBundle, k: int) -> list[NodeWithScore]:
+    """The top ``k`` by raw cosine through the stock LlamaIndex retriever."""
+    index = VectorStoreIndex.from_vector_store(store, embed_model=MockEmbedding(embed_dim=1))
+    return index.as_retriever(similarity_top_k=k).retrieve(query)
+
+
+def texts(nodes: Sequence[NodeWithScore]) -> list[str]:
+    return [n.node.get_content() for n in nodes]
+
+
+def facts(nodes: Sequence[NodeWithScore]) -> list[str]:
+    """The fact sentences, without the ``YYYY-MM-DD: `` prefix memory_node adds."""
+    return [text.split(": ", 1)[1] for text in texts(nodes)]
+
+
+H2 = [
+    ("Taro is stabilizing the TTS server.", "2026-08-28", 0.456),
+    ("Taro made mentaiko pasta at home.", "2026-09-08", 0.421),
+    ("Taro finished the benchmark article.", "2026-09-09", 0.408),
+    ("Taro bought a keyboard.", "2026-06-01", 0.449),  # old: 0.449 + 0.00004 < 0.45
+    ("Taro likes anime.", "2026-09-10", 0.399),  # today: 0.399 + 0.05 = 0.449 < 0.45
+]
+
+
+def test_seed_h2_in_qdrant_matches_the_seed_table() -> None:
+    found = retriever_for(store_of(known_cosine_nodes(H2))).retrieve(e0_query(6))
+    assert facts(found) == [fact for fact, _, _ in H2[:3]]
+    assert [round(n.score, 3) for n in found] == [0.476, 0.464, 0.455]
+    expected = [0.456 + 0.05 * math.exp(-13 / 14), 0.421 + 0.05 * math.exp(-2 / 14),
+                0.408 + 0.05 * math.exp(-1 / 14)]
+    assert [n.score for n in found] == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("threshold", "top_n", "expected_rows"),
+    [
+        (0.45, 3, [0, 1, 2]),
+        (0.45, 2, [0, 1]),
+        (0.46, 3, [0, 1]),
+        (0.44, 5, [0, 1, 2, 3, 4]),
+        (0.48, 3, []),
+    ],
+)
+def test_threshold_and_top_n_are_applied(
+    threshold: float, top_n: int, expected_rows: list[int]
+) -> None:
+    store = store_of(known_cosine_nodes(H2))
+    found = retriever_for(store, threshold=threshold, top_n=top_n).retrieve(e0_query(6))
+    assert facts(found) == [H2[row][0] for row in expected_rows]
+    assert all(n.score >= threshold for n in found)
+
+
+def test_future_date_gets_the_full_weight_like_the_postprocessor() -> None:
+    rows = [("Taro will move in spring.", "2027-03-01", 0.41),
+            ("Taro moved last year.", "2025-09-10", 0.44)]
+    store = store_of(known_cosine_nodes(rows))
+    (found,) = retriever_for(store).retrieve(e0_query(3))
+    # A symmetric exp_decay would give 0.41 + 0.05 * exp(-172 / 14), about 0.41.
+    assert found.score == pytest.approx(0.46, abs=1e-6)
+    postprocessor = RecencyBonusPostprocessor(reference_date=SEED_TODAY)
+    (expected,) = postprocessor.postprocess_nodes(all_candidates(store, e0_query(3), 2))
+    assert (found.node.node_id, found.score) == (expected.node.node_id, pytest.approx(expected.score, abs=1e-6))
+
+
+def test_candidate_limit_caps_the_window() -> None:
+    store = store_of(known_cosine_nodes(H2))
+    retriever = retriever_for(store, candidate_limit=1)  # only the best raw cosine is rescored
+    assert [round(n.score, 3) for n in retriever.retrieve(e0_query(6))] == [0.476]
+    with pytest.raises(ValueError, match="candidate_limit must be at least 1"):
+        retriever_for(store, candidate_limit=0)
+
+
+# --- exactness on a few thousand random memories ------------------------------------------
+
+N_MEMORIES, DIM, N_TOPICS = 3000, 32, 12
+
+
+@pytest.fixture(scope="module")
+def random_memories() -> tuple[QdrantVectorStore, np.ndarray, np.ndarray]:
+    """3000 memories on 12 topic axes (raw cosine 0.2-0.5 to their axis), dated over a year.
+
+    Returns the store, the unit vectors as stored (float32, row i = metadata ``row`` i)
+    and each memory's age in days (0 for the few dated in the future).
+    """
+    rng = np.random.default_rng(20260910)
+    topics = rng.integers(0, N_TOPICS, N_MEMORIES)
+    raw = rng.uniform(0.2, 0.5, N_MEMORIES)
+    noise = rng.normal(size=(N_MEMORIES, DIM))
+    noise[np.arange(N_MEMORIES), topics] = 0.0
+    noise /= np.linalg.norm(noise, axis=1, keepdims=True)
+    vectors = noise * np.sqrt(1.0 - raw**2)[:, None]
+    vectors[np.arange(N_MEMORIES), topics] = raw
+    vectors = vectors.astype(np.float32)
+
+    seconds_ago = rng.uniform(-10 * 86_400, 365 * 86_400, N_MEMORIES)
+    nodes, ages = [], []
+    for i in range(N_MEMORIES):
+        when = REFERENCE - timedelta(seconds=float(seconds_ago[i]))
+        if i % 2:  # an ISO date (midnight UTC) ...
+            when = when.replace(hour=0, minute=0, second=0, microsecond=0)
+            stamp: object = when.date()
+        else:  # ... or an instant with its own UTC offset (RFC 3339)
+            stamp = when.astimezone(timezone(timedelta(hours=9)))
+        node = memory_node(f"Memory {i} on topic {topics[i]}.", stamp, metadata={"row": i})  # type: ignore[arg-type]
+        node.embedding = vectors[i].tolist()
+        nodes.append(node)
+        ages.append(max(0.0, (REFERENCE - when).total_seconds() / 86_400))
+    unit = vectors.astype(np.float64)
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    return store_of(nodes, "random"), unit, np.array(ages)
+
+
+def brute_force(
+    vectors: np.ndarray, ages: np.ndarray, query: np.ndarray, policy: RecencyPolicy
+) -> tuple[list[int], list[float], np.ndarray]:
+    """Rows and final scores of the top n over the whole collection, plus every raw cosine."""
+    raw = vectors @ query
+    final = raw + policy.weight * np.exp(-ages / policy.tau_days)
+    order = np.argsort(-final, kind="stable")
+    top = [int(i) for i in order[: policy.top_n] if final[i] >= policy.threshold]
+    return top, [float(final[i]) for i in top], raw
+
+
+def topic_query(topic: int) -> QueryBundle:
+    return QueryBundle(QUERY, embedding=[1.0 if d == topic else 0.0 for d in range(DIM)])
+
+
+def rows(nodes: Sequence[NodeWithScore]) -> list[int]:
+    return [n.node.metadata["row"] for n in nodes]
+
+
+def test_exact_against_brute_force_including_memories_beyond_the_top_8(
+    random_memories: tuple[QdrantVectorStore, np.ndarray, np.ndarray],
+) -> None:
+    store, vectors, ages = random_memories
+    retriever = retriever_for(store)
+    top8 = RecencyBonusPostprocessor(reference_date=SEED_TODAY)
+    promoted_from_9th_or_lower = top8_wrong = 0
+    for topic in range(N_TOPICS):
+        query = topic_query(topic)
+        expected, expected_scores, raw = brute_force(
+            vectors, ages, np.array(query.embedding), retriever.policy
+        )
+        found = retriever.retrieve(query)
+        assert rows(found) == expected
+        assert [n.score for n in found] == pytest.approx(expected_scores, abs=1e-6)
+
+        raw_rank = np.argsort(np.argsort(-raw, kind="stable"), kind="stable")
+        promoted_from_9th_or_lower += sum(int(raw_rank[row] >= 8) for row in expected)
+        top8_wrong += rows(top8.postprocess_nodes(all_candidates(store, query, 8))) != expected
+    # The data exercises the retriever's point: the bonus lifts memories that rank 9th or
+    # lower by raw cosine into the top 3, which top-8 + postprocessor cannot see.
+    assert promoted_from_9th_or_lower >= 3
+    assert top8_wrong >= 3
+
+
+def test_same_scores_and_rows_as_the_postprocessor_on_the_same_candidates(
+    random_memories: tuple[QdrantVectorStore, np.ndarray, np.ndarray],
+) -> None:
+    store, _, _ = random_memories
+    retriever = retriever_for(store)
+    postprocessor = RecencyBonusPostprocessor(reference_date=SEED_TODAY)
+    floor = postprocessor.threshold - postprocessor.weight
+    for topic in range(0, N_TOPICS, 3):
+        query = topic_query(topic)
+        candidates = all_candidates(store, query, N_MEMORIES)
+        by_postprocessor = postprocessor.postprocess_nodes(candidates)
+        found = retriever.retrieve(query)
+        assert rows(found) == rows(by_postprocessor)
+        assert max(abs(a.score - b.score) for a, b in zip(found, by_postprocessor)) < 1e-6
+
+        explained = retriever.explain(query)
+        window = [c for c in candidates if c.score >= floor - 1e-6]
+        assert explained.rows == postprocessor.explain(window).rows
+        assert rows(explained.nodes) == rows(found)
+
+
+# --- missing dates and foreign collections -----------------------------------------------
+
+UNDATED = [
+    ("Taro is stabilizing the TTS server.", "2026-08-28", 0.456),
+    ("An undated note.", None, 0.47),
+    ("Taro finished the benchmark article.", "2026-09-09", 0.408),
+]
+
+
+def undated_store(garbled: object = None) -> QdrantVectorStore:
+    nodes = known_cosine_nodes(UNDATED)
+    if garbled is not None:
+        nodes[1].metadata["date"] = garbled
+    return store_of(nodes)
+
+
+@pytest.mark.parametrize("garbled", [None, "31/08/2026"])
+def test_missing_date_no_bonus_ranks_on_raw_cosine_and_warns_once(
+    garbled: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = undated_store(garbled)
+    retriever = retriever_for(store)
+    with caplog.at_level(logging.WARNING, logger="llama_index_recency"):
+        found = retriever.retrieve(e0_query(4))
+        retriever.retrieve(e0_query(4))
+    assert [text.split(": ")[-1] for text in texts(found)] == [fact for fact, _, _ in UNDATED]
+    assert [round(n.score, 6) for n in found] == [
+        round(0.456 + 0.05 * math.exp(-13 / 14), 6), 0.47, round(0.408 + 0.05 * math.exp(-1 / 14), 6)
+    ]
+    expected = RecencyBonusPostprocessor(reference_date=SEED_TODAY).postprocess_nodes(
+        all_candidates(store, e0_query(4), 3)
+    )
+    assert [n.score for n in found] == pytest.approx([n.score for n in expected], abs=1e-6)
+    warnings = [r.getMessage() for r in caplog.records if r.name.endswith(".retriever")]
+    assert len(warnings) == 1
+    assert found[1].node.node_id in warnings[0]
+
+
+def test_missing_date_drop_leaves_the_memory_out() -> None:
+    found = retriever_for(undated_store(), on_missing_date="drop").retrieve(e0_query(4))
+    assert facts(found) == [
+        "Taro is stabilizing the TTS server.", "Taro finished the benchmark article."
+    ]
+
+
+@pytest.mark.parametrize("garbled", [None, "31/08/2026"])
+def test_missing_date_raise_names_the_point_and_value(garbled: object) -> None:
+    store = undated_store(garbled)
+    points, _ = store.client.scroll("memories", limit=10, with_payload=True)
+    (point,) = [p for p in points if p.payload.get("date") in (None, garbled)]
+    retriever = retriever_for(store, on_missing_date="raise")
+    with pytest.raises(MemoryDateError, match=f"'{point.id}'.*value {garbled!r}"):
+        retriever.retrieve(e0_query(4))
+
+
+def test_raise_ignores_undated_memories_that_cannot_reach_the_threshold() -> None:
+    rows = [("Taro is stabilizing the TTS server.", "2026-08-28", 0.456),
+            ("A far-off undated note.", None, 0.30)]
+    found = retriever_for(store_of(known_cosine_nodes(rows)), on_missing_date="raise").retrieve(
+        e0_query(3)
+    )
+    assert [round(n.score, 3) for n in found] == [0.476]
+
+
+def test_collection_without_dates_is_a_clear_error() -> None:
+    foreign = [TextNode(text=f"doc {i}", metadata={"source": "wiki"}, embedding=[1.0, float(i)])
+               for i in range(3)]
+    with pytest.raises(ValueError, match="none with a datetime under payload key 'date'.*"
+                                         "not written by llama-index-recency"):
+        retriever_for(store_of(foreign)).retrieve(e0_query(2))
+
+
+def test_missing_or_empty_collection_retrieves_nothing() -> None:
+    store = QdrantVectorStore(collection_name="nothing-yet", client=QdrantClient(location=":memory:"))
+    retriever = retriever_for(store)
+    assert retriever.retrieve(e0_query(4)) == []
+    assert retriever.explain(e0_query(4)).rows == ()
+    store.add(known_cosine_nodes(H2))  # the first write creates it; the retriever picks it up
+    assert [round(n.score, 3) for n in retriever.retrieve(e0_query(6))] == [0.476, 0.464, 0.455]
+
+
+# --- async, engines, and the index built by this package ---------------------------------
+
+
+async def test_async_only_embedded_client() -> None:
+    store = QdrantVectorStore(collection_name="memories", aclient=AsyncQdrantClient(location=":memory:"))
+    await store.async_add(known_cosine_nodes(H2))
+    retriever = retriever_for(store)
+    found = await retriever.aretrieve(e0_query(6))
+    assert [round(n.score, 3) for n in found] == [0.476, 0.464, 0.455]
+    explained = await retriever.aexplain(e0_query(6))
+    # The window is raw >= 0.45 - 0.05: the 0.399 memory dated today is not a candidate.
+    assert [(round(r.raw, 3), r.reason) for r in explained.rows] == [
+        (0.456, "kept"), (0.421, "kept"), (0.408, "kept"), (0.449, "below 0.45")
+    ]
+    with pytest.raises(ValueError, match="only an async Qdrant client"):
+        retriever.retrieve(e0_query(6))
+
+
+def seed_index():
+    """The package's own path: memory_node + open_memory_index, embedded with known cosines."""
+    nodes = [memory_node(fact, day) for fact, day, _ in H2]
+    index = open_memory_index(KnownCosineEmbedding(cosines_for(nodes, [r for *_, r in H2])))
+    index.insert_nodes(nodes)
+    return index
+
+
+def test_from_index_embeds_the_question() -> None:
+    retriever = QdrantRecencyRetriever.from_index(
+        seed_index(), RecencyBonusPostprocessor(reference_date=SEED_TODAY)
+    )
+    assert [round(n.score, 3) for n in retriever.retrieve(QUERY)] == [0.476, 0.464, 0.455]
+
+
+def test_drops_into_retriever_query_engine_and_context_chat_engine() -> None:
+    retriever = QdrantRecencyRetriever.from_index(
+        seed_index(), RecencyPolicy(reference_date=SEED_TODAY, top_n=2)
+    )
+    response = RetrieverQueryEngine.from_args(retriever, llm=MockLLM()).query(QUERY)
+    assert [round(n.score, 3) for n in response.source_nodes] == [0.476, 0.464]
+    chat = ContextChatEngine.from_defaults(retriever=retriever, llm=MockLLM())
+    assert [round(n.score, 3) for n in chat.chat(QUERY).source_nodes] == [0.476, 0.464]
