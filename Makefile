@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench clean
+.PHONY: demo test clean
 
 $(BIN)/llama-index-recency: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

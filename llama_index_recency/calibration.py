@@ -1,0 +1,323 @@
+"""Calibration: choose the bonus (weight, tau_days) and the threshold from labelled questions.
+
+The seed fitted ``0.05 * exp(-days / 14)`` with a "four-candidate pass" over its stored
+memories: (a) no hit-free question may put a memory at or over the threshold, and every
+target memory of a hit question must reach it. :func:`calibrate` reruns that pass over
+any store and grid; :func:`fit_threshold` places the threshold for a new embedding model.
+Candidates are retrieved once (top-k by raw cosine) and re-scored per grid point with
+:class:`~llama_index_recency.scoring.RecencyPolicy`, so the numbers are the postprocessor's.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.schema import NodeWithScore
+
+from llama_index_recency.examples import ExampleQuestion
+from llama_index_recency.scoring import RecencyPolicy
+
+SEED_GRID: tuple[tuple[float, float], ...] = (
+    (0.03, 30.0), (0.04, 30.0), (0.04, 14.0), (0.05, 14.0)
+)
+"""The seed's four (weight, tau_days) candidates, smallest bonus first."""
+
+DEFAULT_KEY = "key"
+"""Metadata key naming a memory in questions' ``targets`` (the node id when it is absent)."""
+
+
+@dataclass(frozen=True)
+class RetrievedCandidates:
+    """One labelled question and its top-k memories by raw cosine, retrieved once."""
+
+    question: ExampleQuestion
+    candidates: tuple[NodeWithScore, ...]
+
+
+@dataclass(frozen=True)
+class TargetScore:
+    """A target memory's post-bonus score for one question; ``None`` when it was not retrieved."""
+
+    question_id: str
+    key: str
+    final: float | None
+
+    @property
+    def label(self) -> str:
+        """``"C1 cafe_au_lait"``: the question and the memory, as table headers show them."""
+        return f"{self.question_id} {self.key}"
+
+
+@dataclass(frozen=True)
+class HitFreeMax:
+    """The highest post-bonus score on any hit-free question, and where it came from."""
+
+    final: float
+    question_id: str
+    key: str
+
+
+@dataclass(frozen=True)
+class CandidateResult:
+    """One (weight, tau_days) candidate: its scores and the conditions it failed."""
+
+    weight: float
+    tau_days: float
+    threshold: float
+    hit_free: HitFreeMax
+    targets: tuple[TargetScore, ...]
+    failed: tuple[str, ...]
+    """Condition letters not met: ``"a"`` (the hit-free max), ``"b"``, ... (the targets)."""
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed
+
+    @property
+    def headroom(self) -> float:
+        """How far the hit-free max stays under the threshold (negative: condition (a) fails)."""
+        return self.threshold - self.hit_free.final
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The grid's results, the conditions they were held to, and the adopted candidate."""
+
+    threshold: float
+    top_k: int
+    conditions: tuple[tuple[str, str], ...]
+    """(letter, description) pairs, e.g. ``("b", "C1 cafe_au_lait ≥ 0.45")``."""
+    results: tuple[CandidateResult, ...]
+    adopted: CandidateResult | None
+    """The smallest passing weight (ties: smaller tau); ``None`` when no candidate passes."""
+
+    def verdict(self, result: CandidateResult) -> str:
+        """``"adopted"``, ``"passes"`` or ``"fails (a), (c)"`` for one row."""
+        if result.failed:
+            return "fails " + ", ".join(f"({letter})" for letter in result.failed)
+        return "adopted" if result is self.adopted else "passes"
+
+    def summary(self) -> str:
+        """One sentence: what was adopted and its headroom, or that nothing passed."""
+        if self.adopted is None:
+            return (
+                "No candidate passes every condition; none adopted. Widen the grid, "
+                "fit the threshold for this embedding model, or revisit the labels."
+            )
+        best = self.adopted
+        return (
+            f"Adopted weight={best.weight:g}, tau_days={best.tau_days:g}: the smallest passing "
+            f"weight; hit-free headroom under {self.threshold:g} is {best.headroom:.3f}."
+        )
+
+    def to_table(self) -> str:
+        """The seed's Markdown table: candidate, hit-free max, headroom, each target, verdict."""
+        target_labels = [score.label for score in self.results[0].targets] if self.results else []
+        header = ["weight", "tau (days)", "Hit-free max", "Headroom", *target_labels, "Verdict"]
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for result in self.results:
+            cells = [
+                f"{result.weight:g}",
+                f"{result.tau_days:g}",
+                f"{result.hit_free.final:.3f}",
+                f"{result.headroom:.3f}",
+                *(format_score(score.final, self.top_k) for score in result.targets),
+                self.verdict(result),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        legend = "\n".join(f"- ({letter}) {text}" for letter, text in self.conditions)
+        return f"{self.to_table()}\n\n{legend}\n\n{self.summary()}"
+
+
+@dataclass(frozen=True)
+class ThresholdFit:
+    """Where the threshold goes for one (weight, tau_days): between hit-free and target scores.
+
+    ``threshold`` sits in the middle of the gap between the hit-free max and the lowest
+    target above it (rounded to two decimals when that stays inside the gap), so both
+    sides get the same margin. Targets at or under the hit-free max are ``unreachable``:
+    no threshold that keeps hit-free questions clean lets them into the prompt.
+    """
+
+    weight: float
+    tau_days: float
+    hit_free: HitFreeMax
+    lowest_target: TargetScore | None
+    threshold: float | None
+    unreachable: tuple[TargetScore, ...]
+
+    @property
+    def margin(self) -> float | None:
+        """Distance from the threshold to the nearer side of the gap (``None``: no gap)."""
+        if self.threshold is None or self.lowest_target is None:
+            return None
+        assert self.lowest_target.final is not None
+        return min(self.threshold - self.hit_free.final, self.lowest_target.final - self.threshold)
+
+    def rows(self) -> list[tuple[str, str]]:
+        """(item, value) pairs: the bonus, both sides of the gap, threshold, margin, unreachable."""
+        lowest = self.lowest_target
+        return [
+            ("Bonus", f"{self.weight:g} · exp(−days/{self.tau_days:g})"),
+            ("Hit-free max", f"{self.hit_free.final:.3f} ({self.hit_free.question_id} "
+                             f"{self.hit_free.key})"),
+            ("Lowest target above it", "none" if lowest is None
+             else f"{lowest.final:.3f} ({lowest.label})"),
+            ("Threshold", "none separates them" if self.threshold is None
+             else f"{self.threshold:g}"),
+            ("Margin", "–" if self.margin is None else f"{self.margin:.3f}"),
+            ("Unreachable targets", ", ".join(
+                f"{score.label} {format_score(score.final)}" for score in self.unreachable
+            ) or "none"),
+        ]
+
+    def to_table(self) -> str:
+        """A Markdown table of :meth:`rows`."""
+        lines = ["| Item | Value |", "|---|---|"]
+        lines += [f"| {item} | {value} |" for item, value in self.rows()]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_table()
+
+
+def format_score(final: float | None, top_k: int | None = None) -> str:
+    """``0.455``, or a dash saying the memory was not among the retrieved candidates."""
+    if final is not None:
+        return f"{final:.3f}"
+    return f"– (not in top {top_k})" if top_k else "– (not retrieved)"
+
+
+def retrieve_candidates(
+    retriever: BaseRetriever, questions: Sequence[ExampleQuestion]
+) -> list[RetrievedCandidates]:
+    """Retrieve each question's candidates once, e.g. ``index.as_retriever(similarity_top_k=8)``.
+
+    Each node's score is its raw cosine; calibration re-scores these for every candidate.
+    """
+    return [
+        RetrievedCandidates(question, tuple(retriever.retrieve(question.text)))
+        for question in questions
+    ]
+
+
+def calibrate(
+    retrieved: Sequence[RetrievedCandidates],
+    policy: RecencyPolicy,
+    grid: Sequence[tuple[float, float]] = SEED_GRID,
+    *,
+    key: str = DEFAULT_KEY,
+) -> Calibration:
+    """Score every (weight, tau_days) in ``grid`` against the labelled questions.
+
+    ``policy`` supplies the threshold, reference date and date handling; only weight
+    and tau_days vary. Condition (a): the hit-free max stays under the threshold;
+    (b), (c), ...: each question's targets reach it, in question order. Among passing
+    candidates the smallest weight is adopted (ties: the smaller tau); none passing
+    means none adopted.
+    """
+    _check_labels(retrieved)
+    targets = [
+        (item.question.id, target) for item in retrieved for target in item.question.targets
+    ]
+    letters = _letters(1 + len(targets))
+    conditions = ((letters[0], f"hit-free max < {policy.threshold:g}"),) + tuple(
+        (letter, f"{question_id} {target} ≥ {policy.threshold:g}")
+        for letter, (question_id, target) in zip(letters[1:], targets, strict=True)
+    )
+    results = []
+    for weight, tau_days in grid:
+        candidate = _with_bonus(policy, weight, tau_days)
+        hit_free, scores = _score(retrieved, candidate, key)
+        failed = ([letters[0]] if hit_free.final >= policy.threshold else []) + [
+            letter
+            for letter, score in zip(letters[1:], scores, strict=True)
+            if score.final is None or score.final < policy.threshold
+        ]
+        results.append(
+            CandidateResult(weight, tau_days, policy.threshold, hit_free, scores, tuple(failed))
+        )
+    passing = [result for result in results if result.passed]
+    adopted = min(passing, key=lambda r: (r.weight, r.tau_days)) if passing else None
+    top_k = max((len(item.candidates) for item in retrieved), default=0)
+    return Calibration(policy.threshold, top_k, conditions, tuple(results), adopted)
+
+
+def fit_threshold(
+    retrieved: Sequence[RetrievedCandidates],
+    policy: RecencyPolicy,
+    *,
+    key: str = DEFAULT_KEY,
+) -> ThresholdFit:
+    """Place the threshold for ``policy``'s bonus between hit-free and target scores.
+
+    Use it for a new embedding model, whose cosines live on their own scale (the
+    seed's 0.45 belongs to Qwen3-Embedding-0.6B at 256 dims); ``policy.threshold``
+    is ignored.
+    """
+    _check_labels(retrieved)
+    hit_free, scores = _score(retrieved, policy, key)
+    above = [s for s in scores if s.final is not None and s.final > hit_free.final]
+    unreachable = tuple(s for s in scores if s not in above)
+    if not above:
+        return ThresholdFit(policy.weight, policy.tau_days, hit_free, None, None, unreachable)
+    lowest = min(above, key=lambda s: s.final or 0.0)
+    assert lowest.final is not None
+    middle = (hit_free.final + lowest.final) / 2
+    rounded = round(middle, 2)
+    threshold = rounded if hit_free.final < rounded <= lowest.final else middle
+    return ThresholdFit(policy.weight, policy.tau_days, hit_free, lowest, threshold, unreachable)
+
+
+def _with_bonus(policy: RecencyPolicy, weight: float, tau_days: float) -> RecencyPolicy:
+    if weight < 0 or tau_days <= 0:
+        raise ValueError(
+            f"a candidate needs weight >= 0 and tau_days > 0, got ({weight}, {tau_days})"
+        )
+    return policy.model_copy(update={"weight": weight, "tau_days": tau_days})
+
+
+def _score(
+    retrieved: Sequence[RetrievedCandidates], policy: RecencyPolicy, key: str
+) -> tuple[HitFreeMax, tuple[TargetScore, ...]]:
+    """Post-bonus scores under ``policy``: the hit-free max and every target's score."""
+    reference = policy.reference()
+    hit_free: HitFreeMax | None = None
+    scores: list[TargetScore] = []
+    for item in retrieved:
+        keys = {node.node.node_id: node.node.metadata.get(key, node.node.node_id)
+                for node in item.candidates}
+        finals = {
+            keys[row.node_id]: row.final
+            for row in policy.rank(item.candidates, reference).rows
+            if row.reason != "dropped: no date"
+        }
+        if not item.question.targets:
+            for memory, final in finals.items():
+                if hit_free is None or final > hit_free.final:
+                    hit_free = HitFreeMax(final, item.question.id, memory)
+        scores += [TargetScore(item.question.id, t, finals.get(t)) for t in item.question.targets]
+    assert hit_free is not None  # _check_labels: a hit-free question with candidates exists
+    return hit_free, tuple(scores)
+
+
+def _check_labels(retrieved: Sequence[RetrievedCandidates]) -> None:
+    if not any(item.question.targets for item in retrieved):
+        raise ValueError("calibration needs at least one question with target memories")
+    if not any(not item.question.targets and item.candidates for item in retrieved):
+        raise ValueError(
+            "calibration needs at least one hit-free question (no targets) with retrieved "
+            "candidates; is the store empty?"
+        )
+
+
+def _letters(count: int) -> list[str]:
+    """Condition names a, b, c, ... (then a2, b2, ... past z)."""
+    alphabet = string.ascii_lowercase
+    return [alphabet[i % 26] + (str(i // 26 + 1) if i >= 26 else "") for i in range(count)]
