@@ -298,6 +298,9 @@ class _Session:
 
     def embedding(self, model: str) -> BaseEmbedding:
         if self.embed_model is None:
+            from transformers.utils import logging as transformers_logging
+
+            transformers_logging.disable_progress_bar()  # the status line below says it
             with self.console.status(f"loading the {model} embedding model"), \
                     self.timings.stage("embedding model load"):
                 self.embed_model = offline_embedding() if model == "minilm" else qwen3_embedding()

@@ -8,6 +8,7 @@ and mixing them would silently corrupt retrieval.
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
@@ -82,9 +83,12 @@ def _check_embedding(
             ),
             metadata={EMBEDDING_METADATA_KEY: identity},
         )
-        # As QdrantVectorStore does when it creates the collection itself.
-        call("create_payload_index", collection_name, field_name="doc_id",
-             field_schema=models.PayloadSchemaType.KEYWORD)
+        # As QdrantVectorStore does when it creates the collection itself. Embedded mode
+        # warns that it ignores payload indexes; that is expected here, not news.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Payload indexes have no effect")
+            call("create_payload_index", collection_name, field_name="doc_id",
+                 field_schema=models.PayloadSchemaType.KEYWORD)
         return
     config = call("get_collection", collection_name).config
     recorded = (config.metadata or {}).get(EMBEDDING_METADATA_KEY)
