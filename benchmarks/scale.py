@@ -154,7 +154,7 @@ def measure(run: Run) -> Result:
         for name, retrieve in paths.items():
             retrieve(bundles[0])  # warm-up: first-call checks and caches
             latencies, recalls = [], []
-            for bundle, truth in zip(bundles, truths):
+            for bundle, truth in zip(bundles, truths, strict=True):
                 started = time.perf_counter()
                 found = retrieve(bundle)
                 latencies.append((time.perf_counter() - started) * 1000)

@@ -230,4 +230,4 @@ def _transient_failures() -> Iterator[None]:
 
 def _cosine(a: list[float], b: list[float]) -> float:
     norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
-    return sum(x * y for x, y in zip(a, b)) / norm if norm else 0.0
+    return sum(x * y for x, y in zip(a, b, strict=True)) / norm if norm else 0.0

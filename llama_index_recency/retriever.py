@@ -307,7 +307,7 @@ class QdrantRecencyRetriever(BaseRetriever):
         result = self._vector_store.parse_to_query_result(points)
         return [
             NodeWithScore(node=node, score=score)
-            for node, score in zip(result.nodes, result.similarities or [])
+            for node, score in zip(result.nodes, result.similarities or [], strict=True)
         ]
 
     def _results(self, points: List[models.ScoredPoint]) -> List[NodeWithScore]:

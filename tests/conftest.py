@@ -181,7 +181,7 @@ def openai_server() -> Iterator[OpenAIServer]:
 
 def cosines_for(nodes: Sequence[Any], raws: Sequence[float]) -> dict[str, float]:
     """Map each node's embedded text to the raw cosine it should get against any query."""
-    return {node.get_content(metadata_mode="embed"): raw for node, raw in zip(nodes, raws)}
+    return {node.get_content(metadata_mode="embed"): raw for node, raw in zip(nodes, raws, strict=True)}
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,7 @@ def fallback(server_url: str, local, **kwargs) -> FallbackEmbedding:
 
 
 def close_to(a: list[float], b: list[float]) -> bool:
-    return len(a) == len(b) and all(math.isclose(x, y, abs_tol=1e-5) for x, y in zip(a, b))
+    return len(a) == len(b) and all(math.isclose(x, y, abs_tol=1e-5) for x, y in zip(a, b, strict=True))
 
 
 def test_api_answers_and_local_is_not_needed(minilm_server, minilm) -> None:

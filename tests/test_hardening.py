@@ -92,23 +92,7 @@ def test_usable_dates(value, age_days, bonus) -> None:
     assert (row.age_days, round(row.bonus, 4)) == (age_days, bonus)
 
 
-def test_no_bonus_policy_warns_once(caplog) -> None:
-    postprocessor = RecencyBonusPostprocessor(reference_date=TODAY)
-    with caplog.at_level("WARNING", logger="llama_index_recency.scoring"):
-        postprocessor.explain([candidate(0.5), candidate(0.6, date="x")])
-        postprocessor.explain([candidate(0.5)])
-    assert len(caplog.records) == 1
-
-
-# -- scores and sizes ------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("raw", [None, float("nan")])
-def test_missing_or_nan_score_is_an_error(raw) -> None:
-    with pytest.raises(ValueError, match="has no similarity score"):
-        RecencyBonusPostprocessor(reference_date=TODAY).postprocess_nodes(
-            [candidate(0.5, date=TODAY), candidate(raw, date=TODAY)]
-        )
+# -- scores and sizes (warn-once and None/NaN scores: tests/test_postprocessor.py) ------------
 
 
 def test_empty_candidates() -> None:

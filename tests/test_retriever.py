@@ -233,7 +233,7 @@ def test_same_scores_and_rows_as_the_postprocessor_on_the_same_candidates(
         by_postprocessor = postprocessor.postprocess_nodes(candidates)
         found = retriever.retrieve(query)
         assert rows(found) == rows(by_postprocessor)
-        assert max(abs(a.score - b.score) for a, b in zip(found, by_postprocessor)) < 1e-6
+        assert max(abs(a.score - b.score) for a, b in zip(found, by_postprocessor, strict=True)) < 1e-6
 
         explained = retriever.explain(query)
         window = [c for c in candidates if c.score >= floor - 1e-6]
