@@ -9,7 +9,6 @@ weight. This retriever prefetches exactly that window and lets Qdrant add the bo
 
 from __future__ import annotations
 
-import logging
 import math
 from datetime import datetime, timezone
 from typing import Any, List, Optional
@@ -30,7 +29,6 @@ from llama_index_recency.scoring import (
     parse_memory_date,
 )
 
-logger = logging.getLogger(__name__)
 
 DEFAULT_CANDIDATE_LIMIT = 1000
 
@@ -75,7 +73,6 @@ class QdrantRecencyRetriever(BaseRetriever):
         self._candidate_limit = candidate_limit
         self._vector_name: Optional[str] = None
         self._ready = False
-        self._warned_missing_date = False
 
     @classmethod
     def from_index(
@@ -312,18 +309,11 @@ class QdrantRecencyRetriever(BaseRetriever):
 
     def _results(self, points: List[models.ScoredPoint]) -> List[NodeWithScore]:
         nodes = self._nodes(points)
-        if self._policy.on_missing_date == "no_bonus" and not self._warned_missing_date:
+        if self._policy.on_missing_date == "no_bonus":
             for candidate in nodes:
                 value = candidate.node.metadata.get(self._policy.date_key)
                 if not _readable(value):
-                    self._warned_missing_date = True
-                    logger.warning(
-                        "memory %r has no usable %r (value %r); ranked on raw cosine with "
-                        "no bonus (further undated memories are not reported)",
-                        candidate.node.node_id,
-                        self._policy.date_key,
-                        value,
-                    )
+                    self._policy._warn_undated_once(candidate.node.node_id, value)
                     break
         return nodes
 

@@ -252,6 +252,19 @@ class RecencyPolicy(BaseModel):
             reason="",
         )
 
+    def _warn_undated_once(self, node_id: str, value: Any) -> None:
+        """Log the first memory ranked without a bonus for want of a date (``no_bonus``)."""
+        if self._warned_missing_date:
+            return
+        self._warned_missing_date = True
+        logger.warning(
+            "node %r has no usable %r (value %r); ranking it on raw cosine with no "
+            "bonus (further undated nodes are not reported)",
+            node_id,
+            self.date_key,
+            value,
+        )
+
     def _undated(
         self, node_id: str, text: str, raw: float, value: Any, error: ValueError
     ) -> RankedMemory:
@@ -261,15 +274,8 @@ class RecencyPolicy(BaseModel):
                 f"(value {value!r}): {error}"
             ) from None
         dropped = self.on_missing_date == "drop"
-        if not dropped and not self._warned_missing_date:
-            self._warned_missing_date = True
-            logger.warning(
-                "node %r has no usable %r (value %r); ranking it on raw cosine with no "
-                "bonus (further undated nodes are not reported)",
-                node_id,
-                self.date_key,
-                value,
-            )
+        if not dropped:
+            self._warn_undated_once(node_id, value)
         return RankedMemory(
             node_id=node_id,
             text=text,
