@@ -29,7 +29,6 @@ from llama_index_recency.scoring import (
     parse_memory_date,
 )
 
-
 DEFAULT_CANDIDATE_LIMIT = 1000
 
 # Prefetch a hair below threshold - weight, so float rounding of raw scores (float32 in
