@@ -18,7 +18,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore
 
 from llama_index_recency.examples import ExampleQuestion
-from llama_index_recency.scoring import RecencyPolicy
+from llama_index_recency.scoring import DROPPED_NO_DATE, RecencyPolicy
 
 SEED_GRID: tuple[tuple[float, float], ...] = (
     (0.03, 30.0), (0.04, 30.0), (0.04, 14.0), (0.05, 14.0)
@@ -296,7 +296,7 @@ def _score(
         finals = {
             keys[row.node_id]: row.final
             for row in policy.rank(item.candidates, reference).rows
-            if row.reason != "dropped: no date"
+            if row.reason != DROPPED_NO_DATE
         }
         if not item.question.targets:
             for memory, final in finals.items():

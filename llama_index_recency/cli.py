@@ -39,6 +39,7 @@ from llama_index_recency.calibration import (
     format_score,
     retrieve_candidates,
 )
+from llama_index_recency.chat import MemoryResponseSynthesizer
 from llama_index_recency.embeddings import EmbeddingMismatchError
 from llama_index_recency.examples import (
     EXAMPLE_REFERENCE_DATE,
@@ -397,13 +398,10 @@ def _answer(
 
 def _chat(llm: LLM, question: str, memories: Sequence[NodeWithScore], today: str) -> str:
     """Send the B-format prompt (no memory block when ``memories`` is empty); return the reply."""
-    context = "\n\n".join(
-        node.node.get_content(metadata_mode=MetadataMode.LLM).strip() for node in memories
+    synthesizer = MemoryResponseSynthesizer(
+        llm=llm, text_qa_template=RETRIEVED_MEMORY_PROMPT.partial_format(today=today)
     )
-    messages = RETRIEVED_MEMORY_PROMPT.format_messages(
-        context_str=context, query_str=question, today=today
-    )
-    return str(llm.chat(messages).message.content or "")
+    return str(synthesizer.synthesize(question, list(memories)))
 
 
 def _print_answer(console: Console, title: str, answer: _Answer) -> None:
@@ -632,9 +630,8 @@ def _load_questions(path: Path) -> list[ExampleQuestion]:
 
 
 def _has_memories(index: VectorStoreIndex) -> bool:
+    """Whether the collection (which ``open_memory_index`` always creates) holds any point."""
     store = index.vector_store
-    if not store.client.collection_exists(store.collection_name):
-        return False
     return store.client.count(store.collection_name).count > 0
 
 

@@ -147,7 +147,7 @@ class QdrantRecencyRetriever(BaseRetriever):
         policy = self._policy
         window_filter = None
         if policy.on_missing_date == "drop":
-            window_filter = models.Filter(must=[self._dated()])
+            window_filter = self._dated_filter()
         return {
             "collection_name": self._vector_store.collection_name,
             "prefetch": models.Prefetch(

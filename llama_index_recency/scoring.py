@@ -28,6 +28,9 @@ SECONDS_PER_DAY = 86_400.0
 
 MissingDatePolicy = Literal["no_bonus", "drop", "raise"]
 
+DROPPED_NO_DATE = "dropped: no date"
+"""``RankedMemory.reason`` of a candidate left out by ``on_missing_date='drop'``."""
+
 
 class MemoryDateError(ValueError):
     """A memory's date is missing or unreadable and the policy says to raise."""
@@ -209,7 +212,7 @@ class RecencyPolicy(BaseModel):
         rows: list[RankedMemory] = []
         kept: list[NodeWithScore] = []
         for final, _, candidate, row in scored:
-            if row.reason == "dropped: no date":
+            if row.reason == DROPPED_NO_DATE:
                 rows.append(row)
                 continue
             if final < self.threshold:
@@ -285,6 +288,6 @@ class RecencyPolicy(BaseModel):
             bonus=0.0,
             final=raw,
             kept=False,
-            reason="dropped: no date" if dropped else "",
+            reason=DROPPED_NO_DATE if dropped else "",
         )
 
