@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.schema import BaseNode
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import AsyncQdrantClient, QdrantClient, models
 
@@ -68,6 +69,24 @@ def open_memory_index(
         collection_name=collection_name, client=client, aclient=aclient
     )
     return VectorStoreIndex.from_vector_store(vector_store, embed_model=embed_model)
+
+
+def count_memories(index: VectorStoreIndex) -> int:
+    """How many memories the index's collection holds (0 when it does not exist yet)."""
+    store = index.vector_store
+    if not store.client.collection_exists(store.collection_name):
+        return 0
+    return store.client.count(store.collection_name, exact=True).count
+
+
+def get_memories(index: VectorStoreIndex) -> list[BaseNode]:
+    """Every memory node in the index's collection, in storage order."""
+    return index.vector_store.get_nodes()
+
+
+def close_memory_index(index: VectorStoreIndex) -> None:
+    """Release the store (the embedded store's lock) so another process can open it."""
+    index.vector_store.client.close()
 
 
 def _check_embedding(
