@@ -33,6 +33,20 @@ class MemoryStoreLockedError(RuntimeError):
     """The embedded store at a path is already open (Qdrant local mode allows one client)."""
 
 
+class MemoryStoreNotFoundError(FileNotFoundError):
+    """A command that only reads was pointed at a path that holds no memory store."""
+
+
+def check_memory_store(path: str, *, must_exist: bool) -> None:
+    """Fail fast, before any model loads: the store at ``path`` is locked, missing or not a directory.
+
+    Raises :class:`MemoryStoreLockedError` when another process holds it,
+    :class:`MemoryStoreNotFoundError` when ``must_exist`` and no store is there, and
+    ``NotADirectoryError`` when ``path`` is a file.
+    """
+    raise NotImplementedError  # filled in with the Edge engine
+
+
 def open_memory_index(
     embed_model: BaseEmbedding,
     *,
