@@ -1,0 +1,471 @@
+"""LlamaIndex vector store over a Qdrant Edge shard: Qdrant's in-process engine, kept at a path.
+
+Nodes are stored exactly as ``QdrantVectorStore`` stores them (same payload, same vector
+name), so a point copied from a qdrant-client collection reads back as the same node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any, Optional
+
+import qdrant_edge as edge
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.schema import BaseNode, TextNode
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    MetadataFilters,
+    VectorStoreQuery,
+    VectorStoreQueryMode,
+    VectorStoreQueryResult,
+)
+from llama_index.core.vector_stores.utils import (
+    legacy_metadata_dict_to_node,
+    metadata_dict_to_node,
+    node_to_metadata_dict,
+)
+from pydantic_core import PydanticSerializationError
+
+from llama_index_recency.filters import to_edge_filter
+
+DENSE_VECTOR_NAME = "text-dense"
+"""The vector's name, as ``QdrantVectorStore`` names it in a new collection."""
+
+METADATA_FILE = "collection_metadata.json"
+"""Collection metadata, JSON, kept inside the shard directory (Edge ignores foreign files)."""
+
+DOCUMENT_ID_KEY = "doc_id"
+USER_ID_KEY = "user_id"
+
+_EDGE_CONFIG_FILE = "edge_config.json"
+_BATCH = 256
+
+
+class MemoryStoreLockedError(RuntimeError):
+    """The embedded store at a path is already open in another process or handle."""
+
+
+class QdrantEdgeVectorStore(BasePydanticVectorStore):
+    """Qdrant Edge vector store: cosine search over a shard held in this process.
+
+    The shard at ``path`` is loaded if present, otherwise created with the first ``add``
+    (its vector size taken from the first embedding), or at once when ``dimensions`` is
+    given. Only one handle may hold a shard: another process or handle gets
+    :class:`MemoryStoreLockedError`. Writes go through Edge's write-ahead log, so they
+    survive a killed process without ``flush()``.
+
+    Search is always exact: segments stay plain and ``optimize()`` (which builds HNSW,
+    minutes with the GIL held, and makes search approximate) is never called.
+
+    Async methods run the sync call inline (LlamaIndex's default): Edge has no async API
+    and holds the GIL for each call, so a worker thread would add cost, not concurrency.
+
+    Examples:
+        ```python
+        store = QdrantEdgeVectorStore("./memories")
+        index = VectorStoreIndex.from_vector_store(store, embed_model=embed_model)
+        ```
+    """
+
+    stores_text: bool = True
+    flat_metadata: bool = False
+
+    path: str = Field(description="Directory of the Edge shard.")
+    dimensions: Optional[int] = Field(
+        default=None,
+        description="Vector size; None until the shard exists (created by the first add).",
+    )
+    date_key: Optional[str] = Field(
+        default="date",
+        description="Payload key given a datetime index, for date-range filters; None for none.",
+    )
+    dense_vector_name: str = Field(
+        default=DENSE_VECTOR_NAME, description="Name of the dense vector in each point."
+    )
+
+    _shard: Optional[edge.EdgeShard] = PrivateAttr(default=None)
+    _closed: bool = PrivateAttr(default=False)
+    _metadata: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        dimensions: Optional[int] = None,
+        date_key: Optional[str] = "date",
+    ) -> None:
+        if dimensions is not None and dimensions < 1:
+            raise ValueError(f"dimensions must be a positive vector size, got {dimensions!r}")
+        super().__init__(path=os.fspath(path), dimensions=dimensions, date_key=date_key)
+        self._metadata = _read_metadata(self._metadata_path)
+        if os.path.exists(os.path.join(self.path, _EDGE_CONFIG_FILE)):
+            self._shard = self._locked(edge.EdgeShard.load, self.path)
+            size = self._stored_vector_size()
+            if dimensions is not None and dimensions != size:
+                self.close()
+                raise ValueError(
+                    f"the shard at {self.path} holds {size}-dim vectors, not {dimensions}-dim"
+                )
+            self.dimensions = size
+            self._ensure_indexes()
+        else:
+            _refuse_foreign_directory(self.path)
+            if dimensions is not None:
+                self._create(dimensions)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "QdrantEdgeVectorStore"
+
+    @property
+    def client(self) -> Optional[edge.EdgeShard]:
+        """The ``EdgeShard`` (None until the first add creates it)."""
+        return self._shard
+
+    # -- nodes ---------------------------------------------------------------------------
+
+    def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> list[str]:
+        """Upsert nodes (each with an embedding and a UUID id); returns their ids."""
+        self._require_open()
+        self._upsert([self._point(node) for node in nodes])
+        return [node.node_id for node in nodes]
+
+    def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        """Delete every node whose source document is ``ref_doc_id``."""
+        shard = self._require_open()
+        if shard is not None:
+            match = edge.FieldCondition(key=DOCUMENT_ID_KEY, match=edge.MatchValue(ref_doc_id))
+            shard.update(edge.UpdateOperation.delete_points_by_filter(edge.Filter(must=[match])))
+
+    def delete_nodes(
+        self,
+        node_ids: Optional[list[str]] = None,
+        filters: Optional[MetadataFilters] = None,
+        **delete_kwargs: Any,
+    ) -> None:
+        """Delete the nodes with these ids and/or matching ``filters`` (both: both must hold).
+
+        With neither, nothing is selected and ``ValueError`` is raised: use :meth:`clear`.
+        """
+        if node_ids is None and (filters is None or not filters.filters):
+            raise ValueError("delete_nodes needs node_ids or filters; clear() deletes everything")
+        shard = self._require_open()
+        if shard is not None and node_ids != []:
+            selection = self._selection(node_ids, filters)
+            shard.update(edge.UpdateOperation.delete_points_by_filter(selection))
+
+    def get_nodes(
+        self,
+        node_ids: Optional[list[str]] = None,
+        filters: Optional[MetadataFilters] = None,
+    ) -> list[BaseNode]:
+        """Nodes with these ids and/or matching ``filters`` (neither: all), embeddings
+        included (unit-normalised, as Qdrant keeps cosine vectors)."""
+        shard = self._require_open()
+        if shard is None or node_ids == []:
+            return []
+        records = self._scroll(shard, self._selection(node_ids, filters), with_vector=True)
+        return [self._node(record) for record in records]
+
+    def clear(self) -> None:
+        """Delete every node and reclaim the disk; the vector size, indexes and collection
+        metadata stay."""
+        shard = self._require_open()
+        if shard is None:
+            return
+        shard.close()
+        self._shard = None
+        for name in os.listdir(self.path):
+            if name != METADATA_FILE:
+                entry = os.path.join(self.path, name)
+                if os.path.isdir(entry):
+                    shutil.rmtree(entry)
+                else:
+                    os.remove(entry)
+        self._create(self._vector_size)
+
+    def count(self, filters: Optional[MetadataFilters] = None) -> int:
+        """How many nodes match ``filters`` (all nodes without), counted exactly."""
+        shard = self._require_open()
+        if shard is None:
+            return 0
+        selection = to_edge_filter(filters) if filters is not None and filters.filters else None
+        return shard.count(edge.CountRequest(exact=True, filter=selection))
+
+    def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        """Top ``similarity_top_k`` nodes by exact cosine (``similarities`` are raw cosines),
+        restricted by ``filters``, ``doc_ids`` and ``node_ids``."""
+        if query.mode != VectorStoreQueryMode.DEFAULT:
+            raise ValueError(f"QdrantEdgeVectorStore supports dense queries only, not {query.mode}")
+        if query.query_embedding is None:
+            raise ValueError("the query has no query_embedding")
+        shard = self._require_open()
+        if shard is None:
+            return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
+        points = shard.query(
+            edge.QueryRequest(
+                limit=query.similarity_top_k,
+                query=edge.Query.Nearest(
+                    [float(x) for x in query.query_embedding], using=self.dense_vector_name
+                ),
+                filter=self._query_filter(query),
+                with_payload=True,
+                params=edge.SearchParams(exact=True),
+            )
+        )
+        return VectorStoreQueryResult(
+            nodes=[self._node(point) for point in points],
+            similarities=[point.score for point in points],
+            ids=[str(point.id) for point in points],
+        )
+
+    # -- raw points, for copying a store without re-embedding -----------------------------
+
+    def iter_points(self, batch_size: int = _BATCH) -> Iterator[tuple[str, list[float], dict]]:
+        """Every point as ``(id, vector, payload)``, in id order, ``batch_size`` at a time."""
+        shard = self._require_open()
+        if shard is None:
+            return
+        for record in self._scroll(shard, None, with_vector=True, batch_size=batch_size):
+            yield str(record.id), list(record.vector[self.dense_vector_name]), record.payload
+
+    def upsert_points(self, points: Sequence[tuple[str, list[float], dict]]) -> None:
+        """Write ``(id, vector, payload)`` points as given (ids must be UUIDs)."""
+        self._require_open()
+        self._upsert([(_point_id(id_), vector, payload) for id_, vector, payload in points])
+
+    # -- collection metadata, persistence ----------------------------------------------------
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The collection's metadata record (a copy), e.g. the embedding model identity."""
+        return json.loads(json.dumps(self._metadata))
+
+    def update_metadata(self, values: dict[str, Any]) -> None:
+        """Merge ``values`` (JSON) into the metadata record and write it atomically."""
+        self._require_open()
+        merged = {**self._metadata, **values}
+        try:
+            text = json.dumps(merged, indent=2, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"collection metadata must be JSON: {error}") from None
+        os.makedirs(self.path, exist_ok=True)
+        temporary = f"{self._metadata_path}.{os.getpid()}.tmp"
+        with open(temporary, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, self._metadata_path)
+        directory = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+        self._metadata = merged
+
+    def flush(self) -> None:
+        """Write pending changes into the segments (the WAL already makes them durable)."""
+        shard = self._require_open()
+        if shard is not None:
+            shard.flush()
+
+    def close(self) -> None:
+        """Release the shard and its lock; the store is unusable afterwards. Idempotent."""
+        if self._shard is not None:
+            self._shard.close()
+            self._shard = None
+        self._closed = True
+
+    # -- internals -------------------------------------------------------------------------
+
+    @property
+    def _metadata_path(self) -> str:
+        return os.path.join(self.path, METADATA_FILE)
+
+    @property
+    def _vector_size(self) -> int:
+        assert self.dimensions is not None
+        return self.dimensions
+
+    def _require_open(self) -> Optional[edge.EdgeShard]:
+        if self._closed:
+            raise RuntimeError(f"the store at {self.path} is closed")
+        return self._shard
+
+    def _locked(self, open_shard: Any, *args: Any) -> edge.EdgeShard:
+        """``open_shard(*args)``, with Edge's lock failure as :class:`MemoryStoreLockedError`."""
+        try:
+            return open_shard(*args)
+        except Exception as error:
+            if "WouldBlock" not in str(error):
+                raise
+            raise MemoryStoreLockedError(
+                f"the store at {self.path} is already open in another process or handle"
+            ) from None
+
+    def _create(self, size: int) -> edge.EdgeShard:
+        vectors = {self.dense_vector_name: edge.EdgeVectorParams(size, edge.Distance.Cosine)}
+        self._shard = self._locked(edge.EdgeShard.create, self.path, edge.EdgeConfig(vectors))
+        self.dimensions = size
+        self._ensure_indexes()
+        return self._shard
+
+    def _ensure_indexes(self) -> None:
+        """A datetime index on the date key and keyword indexes on doc_id and user_id."""
+        assert self._shard is not None
+        wanted = {DOCUMENT_ID_KEY: edge.PayloadSchemaType.Keyword,
+                  USER_ID_KEY: edge.PayloadSchemaType.Keyword}
+        if self.date_key is not None:
+            wanted[self.date_key] = edge.PayloadSchemaType.Datetime
+        existing = self._shard.info().payload_schema
+        for key, schema in wanted.items():
+            if key not in existing:
+                self._shard.update(edge.UpdateOperation.create_field_index(key, schema))
+
+    def _stored_vector_size(self) -> int:
+        with open(os.path.join(self.path, _EDGE_CONFIG_FILE), encoding="utf-8") as file:
+            vectors = json.load(file).get("vectors", {})
+        if self.dense_vector_name not in vectors:
+            self.close()
+            raise ValueError(f"the shard at {self.path} has no {self.dense_vector_name!r} vector")
+        return int(vectors[self.dense_vector_name]["size"])
+
+    def _point(self, node: BaseNode) -> tuple[str, list[float], dict[str, Any]]:
+        point_id = _point_id(node.node_id)
+        if node.embedding is None:
+            raise ValueError(f"node {node.node_id} has no embedding")
+        try:
+            payload = node_to_metadata_dict(
+                node, remove_text=False, flat_metadata=self.flat_metadata
+            )
+        except PydanticSerializationError as error:
+            raise ValueError(
+                f"node {node.node_id} has metadata that is not JSON: {error}"
+            ) from None
+        return point_id, node.embedding, payload
+
+    def _upsert(self, points: Sequence[tuple[str, list[float], dict[str, Any]]]) -> None:
+        if not points:
+            return
+        shard = self._shard or self._create(len(points[0][1]))
+        for point_id, vector, _ in points:
+            if len(vector) != self.dimensions:
+                raise ValueError(
+                    f"point {point_id} has a {len(vector)}-dim vector; the store at "
+                    f"{self.path} holds {self.dimensions}-dim vectors"
+                )
+        for start in range(0, len(points), _BATCH):
+            batch = [
+                edge.Point(point_id, {self.dense_vector_name: [float(x) for x in vector]}, payload)
+                for point_id, vector, payload in points[start : start + _BATCH]
+            ]
+            shard.update(edge.UpdateOperation.upsert_points(batch))
+
+    def _selection(
+        self, node_ids: Optional[list[str]], filters: Optional[MetadataFilters]
+    ) -> Optional[edge.Filter]:
+        must: list[Any] = []
+        if node_ids is not None:
+            must.append(edge.HasIdCondition({_point_id(node_id) for node_id in node_ids}))
+        if filters is not None and filters.filters:
+            must.append(to_edge_filter(filters))
+        return edge.Filter(must=must) if must else None
+
+    def _query_filter(self, query: VectorStoreQuery) -> Optional[edge.Filter]:
+        must: list[Any] = []
+        if query.doc_ids:
+            match = edge.MatchAny(list(query.doc_ids))
+            must.append(edge.FieldCondition(key=DOCUMENT_ID_KEY, match=match))
+        if query.node_ids:
+            must.append(edge.HasIdCondition({_point_id(node_id) for node_id in query.node_ids}))
+        if query.filters is not None and query.filters.filters:
+            must.append(to_edge_filter(query.filters))
+        return edge.Filter(must=must) if must else None
+
+    def _scroll(
+        self,
+        shard: edge.EdgeShard,
+        selection: Optional[edge.Filter],
+        *,
+        with_vector: bool,
+        batch_size: int = _BATCH,
+    ) -> Iterator[Any]:
+        offset = None
+        while True:
+            records, offset = shard.scroll(
+                edge.ScrollRequest(
+                    offset=offset,
+                    limit=batch_size,
+                    filter=selection,
+                    with_payload=True,
+                    with_vector=with_vector,
+                )
+            )
+            yield from records
+            if offset is None:
+                return
+
+    def _node(self, point: Any) -> BaseNode:
+        """A stored point as its node, the way ``QdrantVectorStore.parse_to_query_result`` does."""
+        payload = point.payload or {}
+        vectors = point.vector or {}
+        embedding = vectors.get(self.dense_vector_name)
+        try:
+            node = metadata_dict_to_node(payload)
+        except Exception:
+            metadata, node_info, relationships = legacy_metadata_dict_to_node(payload)
+            node = TextNode(
+                id_=str(point.id),
+                text=payload.get("text"),
+                metadata=metadata,
+                start_char_idx=node_info.get("start", None),
+                end_char_idx=node_info.get("end", None),
+                relationships=relationships,
+            )
+        if embedding and node.embedding is None:
+            node.embedding = list(embedding)
+        return node
+
+
+def _point_id(node_id: str) -> str:
+    """``node_id`` if it is a UUID (Edge stores points under UUIDs or integers only)."""
+    try:
+        uuid.UUID(str(node_id))
+    except ValueError:
+        raise ValueError(
+            f"node id {node_id!r} is not a UUID; Qdrant Edge needs UUID point ids "
+            "(LlamaIndex's default node ids are UUIDs)"
+        ) from None
+    return str(node_id)
+
+
+def _read_metadata(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as file:
+            record = json.load(file)
+    except FileNotFoundError:
+        return {}
+    except json.JSONDecodeError as error:
+        raise ValueError(f"the collection metadata {path} is not valid JSON: {error}") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"the collection metadata {path} is not a JSON object")
+    return record
+
+
+def _refuse_foreign_directory(path: str) -> None:
+    """Refuse to create a shard in a directory that holds something else (say, a
+    qdrant-client local-mode store): the two would be mixed up."""
+    if os.path.isfile(path):
+        raise NotADirectoryError(f"{path} is a file, not a Qdrant Edge shard directory")
+    if not os.path.isdir(path):
+        return
+    foreign = sorted(name for name in os.listdir(path) if not name.startswith(METADATA_FILE))
+    if foreign:
+        raise ValueError(
+            f"{path} is not a Qdrant Edge shard but holds {', '.join(foreign[:3])}; "
+            "point the store at an empty or new directory"
+        )
