@@ -1,0 +1,196 @@
+"""The exact recency search: which plain cosine searches prove the top n by cosine + bonus.
+
+A memory's bonus is at most ``weight`` and shrinks with age, so a few cheap plain searches
+bound every memory they did not return. ``S`` is the top ``limit`` by raw cosine; tier ``j``
+is the top ``limit`` among memories dated within ``A_j`` days. A memory in no result has
+raw cosine at most the ``limit``-th raw score of every set it belongs to, and a bonus at
+most ``weight * exp(-A_(j-1) / tau)`` if it is older than ``A_(j-1)``. Once the n-th kept
+final score beats the largest such bound (or the bound is under the threshold), nothing
+unseen can change the answer; otherwise the searches widen. The answer is then exactly
+what :class:`~llama_index_recency.RecencyBonusPostprocessor` would keep if it saw every
+memory, for any number of memories near the top.
+
+The plan is engine-neutral: it yields :class:`MemorySearch` descriptions and receives
+their results, so every engine (Qdrant Edge, a server, qdrant-client's local mode) runs
+the same algorithm, sync or async, and only translates the request.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Optional
+
+from llama_index.core.schema import NodeWithScore
+from llama_index.core.vector_stores.types import (
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+)
+
+from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
+
+TIER_BONUS_FRACTIONS: tuple[float, ...] = (1 / 2, 1 / 8, 1 / 32, 1 / 256, 1 / 4096)
+"""Tier j holds memories young enough to get at least this share of ``weight``.
+
+A tier is searched only when its age bracket holds the largest bound, so the deep ones
+cost nothing unless near-ties among old memories need them."""
+
+FIRST_LIMIT = 16
+"""Results per search in the first round; each later round asks for 4x as many."""
+
+# Tier boundaries are widened a little so datetime rounding in an engine can only add
+# members to a tier (harmless), never drop one that belongs to it.
+_TIER_SLACK = timedelta(minutes=1)
+# Raw scores come from float32 vectors: a proof needs a margin above that rounding.
+_SCORE_SLACK = 1e-6
+# "Any readable datetime": the lower end of a range that every stored date passes.
+EARLIEST_DATE = "0001-01-01T00:00:00+00:00"
+
+
+@dataclass(frozen=True)
+class MemorySearch:
+    """One plain cosine search: the top ``limit`` memories, only those dated ``since`` if set.
+
+    ``filters`` is the caller's scope (a user, a kind, ...), applied inside the search.
+    """
+
+    limit: int
+    filters: Optional[MetadataFilters] = None
+    since: Optional[datetime] = None
+    undated_only: bool = False
+
+    def metadata_filters(self, date_key: str) -> Optional[MetadataFilters]:
+        """The whole condition as LlamaIndex ``MetadataFilters``: scope AND the date condition."""
+        conditions: list[MetadataFilter | MetadataFilters] = []
+        if self.filters is not None and self.filters.filters:
+            conditions.append(self.filters)
+        if self.since is not None:
+            conditions.append(_date_since(date_key, self.since.isoformat()))
+        if self.undated_only:
+            conditions.append(
+                MetadataFilters(filters=[_date_since(date_key, EARLIEST_DATE)],
+                                condition=FilterCondition.NOT)
+            )
+        if not conditions:
+            return None
+        if len(conditions) == 1 and isinstance(conditions[0], MetadataFilters):
+            return conditions[0]
+        return MetadataFilters(filters=conditions, condition=FilterCondition.AND)
+
+
+def dated_filter(date_key: str) -> MetadataFilters:
+    """Memories whose ``date_key`` holds a readable datetime."""
+    return MetadataFilters(filters=[_date_since(date_key, EARLIEST_DATE)])
+
+
+def _date_since(date_key: str, iso: str) -> MetadataFilter:
+    return MetadataFilter(key=date_key, operator=FilterOperator.GTE, value=iso)
+
+
+SearchPlan = Generator[MemorySearch, Sequence[NodeWithScore], RecencyRanking]
+"""Yields searches, receives each one's results (best raw cosine first), returns the ranking."""
+
+
+def exact_recency_search(
+    policy: RecencyPolicy,
+    reference: datetime,
+    filters: Optional[MetadataFilters] = None,
+    first_limit: int = FIRST_LIMIT,
+) -> SearchPlan:
+    """The searches that prove the top ``policy.top_n``; returns the policy's ranking of the window.
+
+    The ranking's rows are the seen memories with raw cosine >= threshold - weight (the
+    only ones that can pass), ranked by :meth:`RecencyPolicy.rank` itself; its nodes are
+    exactly what the policy would keep over the whole store.
+    """
+    floor = policy.threshold - policy.weight - _SCORE_SLACK
+    if policy.on_missing_date == "raise":
+        # A memory without a date anywhere in the window would make the policy raise.
+        undated = yield MemorySearch(limit=1, filters=filters, undated_only=True)
+        window_undated = [c for c in undated if (c.score or 0.0) >= floor]
+        policy.rank(window_undated, reference)  # raises MemoryDateError naming it
+    tier_ages = [policy.tau_days * math.log(1 / share) for share in TIER_BONUS_FRACTIONS]
+    seen: dict[str, NodeWithScore] = {}
+    limit = first_limit
+    while True:
+        # kth[j]: the limit-th raw score of set j (0 = every memory, j = tier j), or -inf
+        # when the set came back short, i.e. every member of it has been seen.
+        kth: dict[int, float] = {}
+        while True:
+            target = _next_set(policy, tier_ages, kth)
+            since = None if target == 0 else reference - timedelta(days=tier_ages[target - 1])
+            results = yield MemorySearch(
+                limit=limit, filters=filters, since=None if since is None else since - _TIER_SLACK
+            )
+            for candidate in results:
+                seen.setdefault(candidate.node.node_id, candidate)
+            kth[target] = (results[-1].score or 0.0) if len(results) >= limit else -math.inf
+            ranking = _rank_window(policy, reference, seen.values(), floor)
+            bound = _unseen_bound(policy, tier_ages, kth)
+            if _proven(policy, ranking, bound):
+                return ranking
+            if len(kth) == len(tier_ages) + 1:
+                break  # every set searched at this limit: widen
+        limit *= 4
+
+
+def _next_set(policy: RecencyPolicy, tier_ages: list[float], kth: dict[int, float]) -> int:
+    """The set whose search can lower the unseen bound most: every memory first, then the
+    tier covering the bracket with the largest bound among those not searched yet."""
+    if 0 not in kth:
+        return 0
+    terms = _bracket_terms(policy, tier_ages, kth)
+    for bracket in sorted(range(len(terms)), key=lambda b: -terms[b]):
+        tier = bracket + 1  # bracket b's own tier (the last bracket has none)
+        if tier <= len(tier_ages) and tier not in kth:
+            return tier
+    return next(t for t in range(1, len(tier_ages) + 1) if t not in kth)
+
+
+def _bracket_terms(
+    policy: RecencyPolicy, tier_ages: list[float], kth: dict[int, float]
+) -> list[float]:
+    """Per age bracket, the highest final score an unseen memory in it could have.
+
+    Bracket b (0-based) holds ages in (A_(b-1), A_b], the last one every older or undated
+    memory. Its raw cosine is at most the limit-th raw score of every searched set that
+    covers it (every memory, and tiers b+1 and up); its bonus at most the bonus at A_(b-1).
+    """
+    terms = []
+    for bracket in range(len(tier_ages) + 1):
+        covering = [kth[0]] + [
+            kth[tier] for tier in range(bracket + 1, len(tier_ages) + 1) if tier in kth
+        ]
+        youngest = 0.0 if bracket == 0 else tier_ages[bracket - 1]
+        terms.append(min(covering) + policy.bonus(youngest))
+    return terms
+
+
+def _unseen_bound(policy: RecencyPolicy, tier_ages: list[float], kth: dict[int, float]) -> float:
+    return max(_bracket_terms(policy, tier_ages, kth)) + _SCORE_SLACK
+
+
+def _proven(policy: RecencyPolicy, ranking: RecencyRanking, bound: float) -> bool:
+    """Nothing unseen can pass the threshold, or all n places are held by scores above it."""
+    if bound < policy.threshold:
+        return True
+    kept = ranking.nodes
+    return len(kept) == policy.top_n and (kept[-1].score or 0.0) > bound
+
+
+def _rank_window(
+    policy: RecencyPolicy,
+    reference: datetime,
+    seen: Sequence[NodeWithScore] | object,
+    floor: float,
+) -> RecencyRanking:
+    """Rank the seen memories that can pass (raw >= threshold - weight), best raw first."""
+    window = sorted(
+        (c for c in seen if (c.score or 0.0) >= floor),  # type: ignore[attr-defined]
+        key=lambda c: -(c.score or 0.0),
+    )
+    return policy.rank(window, reference)

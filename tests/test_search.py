@@ -1,0 +1,132 @@
+"""The exact recency search plan, driven by a reference engine: it must equal ranking every memory."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from llama_index.core.schema import NodeWithScore, TextNode
+
+from llama_index_recency import MemoryDateError, RecencyPolicy
+from llama_index_recency.scoring import parse_memory_date
+from llama_index_recency.search import MemorySearch, exact_recency_search
+
+REFERENCE = datetime(2026, 9, 10, tzinfo=timezone.utc)
+
+
+def memory(i: int, raw: float, age_days: float | None) -> NodeWithScore:
+    date = None if age_days is None else (REFERENCE - timedelta(days=age_days)).isoformat()
+    node = TextNode(id_=f"m{i:04d}", text=f"memory {i}", metadata={} if date is None else {"date": date})
+    return NodeWithScore(node=node, score=raw)
+
+
+def dated_since(candidate: NodeWithScore, since: datetime) -> bool:
+    try:
+        return parse_memory_date(candidate.node.metadata.get("date")) >= since
+    except ValueError:
+        return False
+
+
+def reference_engine(memories: Sequence[NodeWithScore], search: MemorySearch) -> list[NodeWithScore]:
+    """What any engine must answer: the top ``limit`` by raw cosine among the matching memories."""
+    assert search.filters is None
+    matching = [
+        m for m in memories
+        if (search.since is None or dated_since(m, search.since))
+        and (not search.undated_only or not dated_since(m, datetime.min.replace(tzinfo=timezone.utc)))
+    ]
+    return sorted(matching, key=lambda m: -(m.score or 0.0))[: search.limit]
+
+
+def run(policy: RecencyPolicy, memories: Sequence[NodeWithScore], first_limit: int = 16):
+    plan = exact_recency_search(policy, REFERENCE, first_limit=first_limit)
+    searches = []
+    try:
+        search = next(plan)
+        while True:
+            searches.append(search)
+            search = plan.send(reference_engine(memories, search))
+    except StopIteration as done:
+        return done.value, searches
+
+
+def everything(policy: RecencyPolicy, memories: Sequence[NodeWithScore]) -> list[tuple[str, float]]:
+    ranked = policy.rank(sorted(memories, key=lambda m: -(m.score or 0.0)), REFERENCE)
+    return [(n.node.node_id, n.score) for n in ranked.nodes]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.floats(0.0, 1.0),
+            st.one_of(st.none(), st.floats(-30.0, 400.0)),
+        ),
+        min_size=0,
+        max_size=60,
+    ),
+    weight=st.sampled_from([0.0, 0.01, 0.05, 0.2]),
+    tau_days=st.sampled_from([3.0, 14.0, 60.0]),
+    threshold=st.floats(0.0, 1.0),
+    top_n=st.integers(1, 5),
+    first_limit=st.integers(1, 6),
+    on_missing_date=st.sampled_from(["no_bonus", "drop"]),
+)
+def test_equals_ranking_every_memory(
+    rows, weight, tau_days, threshold, top_n, first_limit, on_missing_date
+) -> None:
+    memories = [memory(i, raw, age) for i, (raw, age) in enumerate(rows)]
+    policy = RecencyPolicy(weight=weight, tau_days=tau_days, threshold=threshold, top_n=top_n,
+                           on_missing_date=on_missing_date)
+    ranking, _ = run(policy, memories, first_limit)
+    found = [(n.node.node_id, n.score) for n in ranking.nodes]
+    expected = everything(policy, memories)
+    assert [i for i, _ in found] == [i for i, _ in expected]
+    assert [s for _, s in found] == pytest.approx([s for _, s in expected], abs=1e-12)
+
+
+def test_fresh_memories_ranked_3000th_by_raw_cosine_are_found_in_a_few_small_searches() -> None:
+    """A daily-habit log: thousands of near-identical old memories, three fresh ones that win."""
+    crowd = [memory(i, 0.600 + i * 1e-6, 60 + i % 300) for i in range(3000)]
+    # 0.58 + 0.05 * exp(-age / 14) > 0.62 > 0.603 + 0.05 * exp(-60 / 14)
+    fresh = [memory(9000 + i, 0.580 - i * 1e-3, 1.0 + i) for i in range(3)]
+    policy = RecencyPolicy(weight=0.05, tau_days=14, threshold=0.45, top_n=3)
+    ranking, searches = run(policy, [*crowd, *fresh])
+    assert [n.node.node_id for n in ranking.nodes] == ["m9000", "m9001", "m9002"]
+    assert everything(policy, [*crowd, *fresh]) == [
+        (n.node.node_id, n.score) for n in ranking.nodes
+    ]
+    assert len(searches) <= 3 and max(s.limit for s in searches) == 16
+
+
+def test_near_ties_in_an_old_crowd_are_still_ranked_exactly() -> None:
+    crowd = [memory(i, 0.600 + i * 1e-6, 60 + i % 300) for i in range(3000)]
+    policy = RecencyPolicy(weight=0.05, tau_days=14, threshold=0.45, top_n=3)
+    ranking, _ = run(policy, crowd)
+    assert [(n.node.node_id, n.score) for n in ranking.nodes] == everything(policy, crowd)
+
+
+def test_a_crowd_of_recent_memories_widens_the_searches_until_proven() -> None:
+    crowd = [memory(i, 0.5 - i * 1e-6, (i % 50) / 10) for i in range(500)]  # near-ties
+    policy = RecencyPolicy(weight=0.05, tau_days=14, threshold=0.45, top_n=3)
+    ranking, searches = run(policy, crowd)
+    assert [(n.node.node_id, pytest.approx(n.score)) for n in ranking.nodes] == everything(policy, crowd)
+    assert max(s.limit for s in searches) > 16
+
+
+def test_raise_checks_the_best_undated_memory_that_could_pass() -> None:
+    policy = RecencyPolicy(threshold=0.45, on_missing_date="raise")
+    harmless = [memory(0, 0.46, 3.0), memory(1, 0.39, None)]  # 0.39 < 0.45 - 0.05
+    ranking, searches = run(policy, harmless)
+    assert [n.node.node_id for n in ranking.nodes] == ["m0000"]
+    assert searches[0] == MemorySearch(limit=1, undated_only=True)
+    with pytest.raises(MemoryDateError, match="'m0001'"):
+        run(policy, [memory(0, 0.46, 3.0), memory(1, 0.41, None)])
+
+
+def test_no_memory_needs_one_search() -> None:
+    ranking, searches = run(RecencyPolicy(), [])
+    assert ranking.nodes == () and len(searches) == 1
