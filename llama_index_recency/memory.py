@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 import uuid
 from datetime import date, datetime, timezone
 from typing import Any, Optional
@@ -14,7 +15,23 @@ from llama_index_recency.scoring import parse_memory_date
 # A fixed namespace makes memory ids reproducible across processes and machines.
 MEMORY_NAMESPACE = uuid.UUID("5b0f7c1e-8f53-4c54-9d0e-3a1f1d2c7e61")
 
-_GENERIC_SUBJECT = re.compile(r"\b(?:[Tt]he user|User)\b")
+MAX_FACT_CHARS = 1_000
+"""Longest fact a memory may hold, in characters (date prefix not counted).
+
+A memory is one fact sentence (the bundled ones are 20-70 characters). 1,000 leaves room
+for a long Japanese or English sentence while staying within what the embedding models
+read (all-MiniLM-L6-v2 truncates at 256 word pieces, about 1,000 English characters: a
+longer tail would be stored but never searched) and far below an LLM's context window,
+so a retrieved memory always fits in one prompt.
+"""
+
+SUBJECT_PLACEHOLDERS = {"en": "The user", "ja": "ユーザー"}
+"""The generic subject the writer puts in facts, per language; ``user_name`` replaces it."""
+
+_GENERIC_SUBJECT = re.compile(
+    r"\b(?:[Tt]he user|User)\b"  # English: "The user", "the user's", "User"
+    r"|(?<![\u30a0-\u30ff])ユーザー(?![\u30a0-\u30ff])"  # Japanese, not inside a longer katakana word
+)
 
 
 def memory_id(fact: str, memory_date: str) -> str:
@@ -22,9 +39,28 @@ def memory_id(fact: str, memory_date: str) -> str:
     return str(uuid.uuid5(MEMORY_NAMESPACE, f"{memory_date}\n{fact}"))
 
 
+def check_user_name(user_name: str) -> str:
+    """Return ``user_name`` if it can stand in a memory: non-blank, one line, no control characters."""
+    if not user_name.strip():
+        raise ValueError(f"user_name {user_name!r} is blank")
+    bad = [c for c in user_name if unicodedata.category(c) in ("Cc", "Zl", "Zp")]
+    if bad:
+        raise ValueError(
+            f"user_name {user_name!r} contains the control character {bad[0]!r}; "
+            "a name is one line of printable text"
+        )
+    return user_name
+
+
 def with_subject(fact: str, user_name: str) -> str:
-    """Replace the generic subject ("the user", "User") with the user's real name."""
-    return _GENERIC_SUBJECT.sub(user_name, fact)
+    """Replace the generic subject ("The user", "User", 「ユーザー」) with ``user_name``, literally."""
+    name = check_user_name(user_name)
+    return _GENERIC_SUBJECT.sub(lambda _: name, fact)
+
+
+def has_subject(fact: str, user_name: Optional[str] = None) -> bool:
+    """Whether ``fact`` names its subject: a generic placeholder or ``user_name`` itself."""
+    return bool(_GENERIC_SUBJECT.search(fact)) or bool(user_name and user_name in fact)
 
 
 def memory_node(
@@ -37,6 +73,9 @@ def memory_node(
 ) -> TextNode:
     """Build the node for one memory: text ``"YYYY-MM-DD: <fact>"``, ISO date in metadata.
 
+    ``user_name`` replaces the generic subject (:func:`with_subject`); a fact longer than
+    :data:`MAX_FACT_CHARS` is refused.
+
     The date stays in the embedded text (dropping it changed cosines in the seed's
     measurements) and is also stored under ``date_key`` for the bonus. Metadata is
     excluded from the embedding and the LLM prompt, so the date is never shown twice.
@@ -44,8 +83,13 @@ def memory_node(
     fact = " ".join(fact.split())
     if not fact:
         raise ValueError("a memory needs a non-empty fact sentence")
-    if user_name:
+    if user_name is not None:
         fact = with_subject(fact, user_name)
+    if len(fact) > MAX_FACT_CHARS:
+        raise ValueError(
+            f"a memory is one fact of at most {MAX_FACT_CHARS} characters; this one has "
+            f"{len(fact)} ({fact[:40]!r}...)"
+        )
     iso_date = _iso(memory_date)
     extra = dict(metadata or {})
     if date_key in extra:

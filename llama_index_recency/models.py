@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:  # importing these pulls in torch and openai; do it only when used
+    from llama_index.core.tools import BaseTool
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     from llama_index.llms.openai_like import OpenAILike
 
@@ -21,6 +24,8 @@ LLM_BASE_URL_ENV = "RECENCY_LLM_BASE_URL"
 LLM_API_KEY_ENV = "RECENCY_LLM_API_KEY"
 LLM_MODEL_ENV = "RECENCY_LLM_MODEL"
 DEFAULT_LLM_MODEL = "Qwen/Qwen3-32B"
+QWEN_NO_THINKING = {"enable_thinking": False, "chat_template_kwargs": {"enable_thinking": False}}
+"""Extra body fields switching Qwen3's thinking off: DashScope reads the first, vLLM and SGLang the second."""
 
 
 def offline_embedding() -> "HuggingFaceEmbedding":
@@ -64,31 +69,49 @@ def openai_like_llm(
     timeout: float = 60.0,
     max_retries: int = 2,
 ) -> "OpenAILike":
-    """A chat LLM on an OpenAI-compatible endpoint with Qwen's thinking switched off.
+    """A tool-calling chat LLM on an OpenAI-compatible endpoint with Qwen's thinking switched off.
 
     Unset arguments come from ``RECENCY_LLM_MODEL``, ``RECENCY_LLM_BASE_URL`` and
     ``RECENCY_LLM_API_KEY``; a missing base URL is an error, not a silent default.
     A failing call (connection error, timeout, 429, 5xx) is sent ``max_retries`` more
     times, with the openai client's backoff, then raises the openai error.
+    Thinking is switched off in both forms servers read: ``enable_thinking`` at the top
+    level (DashScope) and in ``chat_template_kwargs`` (vLLM, SGLang). It is a
+    function-calling model (Qwen calls tools), so ``FunctionAgent`` and
+    ``structured_predict`` send real ``tools`` with their ``tool_choice``.
     """
     api_base = api_base or os.environ.get(LLM_BASE_URL_ENV)
     if not api_base:
         raise ValueError(f"no LLM endpoint: pass api_base or set {LLM_BASE_URL_ENV}")
     from llama_index.llms.openai_like import OpenAILike
 
-    class _SingleRetryLayerOpenAILike(OpenAILike):
-        """OpenAILike retries in the openai client *and* again around it (N·(N+1) calls);
-        this keeps only the client's layer, which also honours Retry-After."""
+    class _QwenOpenAILike(OpenAILike):
+        """OpenAILike with one retry layer and a named ``tool_choice`` for "one required tool"."""
 
         def _get_credential_kwargs(self, is_async: bool = False) -> dict[str, Any]:
+            # OpenAILike retries in the openai client *and* again around it (N·(N+1)
+            # calls); keep only the client's layer, which also honours Retry-After.
             return {**super()._get_credential_kwargs(is_async), "max_retries": max_retries}
 
-    return _SingleRetryLayerOpenAILike(
+        def _prepare_chat_with_tools(
+            self, tools: Sequence["BaseTool"], *args: Any, tool_required: bool = False,
+            tool_choice: Optional[str | dict] = None, **kwargs: Any,
+        ) -> dict[str, Any]:
+            # "required" needs vLLM >= 0.8.3; naming the only tool means the same and is
+            # accepted by every vLLM with tool support.
+            if len(tools) == 1 and (tool_choice == "required" or (tool_required and tool_choice is None)):
+                tool_choice = tools[0].metadata.get_name()
+            return super()._prepare_chat_with_tools(
+                tools, *args, tool_required=tool_required, tool_choice=tool_choice, **kwargs
+            )
+
+    return _QwenOpenAILike(
         model=model or os.environ.get(LLM_MODEL_ENV, DEFAULT_LLM_MODEL),
         api_base=api_base,
         api_key=api_key or os.environ.get(LLM_API_KEY_ENV, "unused"),
         is_chat_model=True,
+        is_function_calling_model=True,
         timeout=timeout,
         max_retries=0,  # LlamaIndex's own (outer) retry layer
-        additional_kwargs={"extra_body": {"enable_thinking": False}},
+        additional_kwargs={"extra_body": copy.deepcopy(QWEN_NO_THINKING)},
     )

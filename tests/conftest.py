@@ -58,21 +58,98 @@ Fault = int | str
 """An HTTP status to answer with (429, 500, ...), ``"hang"`` (no answer until teardown) or ``"ok"``."""
 
 
+@dataclass(frozen=True)
+class ToolCall:
+    """A scripted answer that calls one of the request's tools instead of answering in text."""
+
+    name: str
+    arguments: dict[str, Any]
+
+
+Reply = str | ToolCall
+
+ROLES = ("system", "user", "assistant", "tool")
+RESPONSE_FORMATS = ("json_object", "json_schema", "text")
+
+
+def chat_request_problem(body: Any) -> str:
+    """Why vLLM's OpenAI-compatible server would answer this chat request 400 ("" if it would not).
+
+    Mirrors vLLM's request validation: a JSON object, a non-empty ``messages`` list of known
+    roles with string or list content, ``tool_choice`` only with ``tools`` (and a named choice
+    only of an offered tool), well-formed tool and ``response_format`` objects. Unknown
+    top-level fields (``enable_thinking``, ``chat_template_kwargs``, ...) are accepted, as
+    vLLM does.
+    """
+    if not isinstance(body, dict):
+        return f"the body must be a JSON object, got {type(body).__name__}"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "`messages` must be a non-empty list"
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            return f"messages[{i}]: role must be one of {ROLES}, got {message!r}"
+        content = message.get("content")
+        assistant_calling = message["role"] == "assistant" and message.get("tool_calls")
+        if not (isinstance(content, (str, list)) or (content is None and assistant_calling)):
+            return f"messages[{i}]: content must be a string or a list, got {content!r}"
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            return f"`tools` must be a list, got {tools!r}"
+        for i, tool in enumerate(tools):
+            function = tool.get("function") if isinstance(tool, dict) else None
+            if (
+                not isinstance(function, dict)
+                or tool.get("type") != "function"
+                or not isinstance(function.get("name"), str)
+                or not function["name"]
+                or not isinstance(function.get("parameters"), dict)
+            ):
+                return (f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ..., "
+                        f"'parameters': {{...}}}}}}, got {tool!r}")
+    tool_choice = body.get("tool_choice")
+    if tool_choice is not None and tool_choice != "none":
+        if not tools:
+            return "When using `tool_choice`, `tools` must be set."
+        if isinstance(tool_choice, dict):
+            name = (tool_choice.get("function") or {}).get("name")
+            if name not in [tool["function"]["name"] for tool in tools]:
+                return f"Tool '{name}' has not been passed in `tools`."
+        elif tool_choice not in ("auto", "required"):
+            return f"Invalid value for `tool_choice`: {tool_choice!r}"
+    response_format = body.get("response_format")
+    if response_format is not None:
+        kind = response_format.get("type") if isinstance(response_format, dict) else None
+        if kind not in RESPONSE_FORMATS:
+            return f"`response_format` type must be one of {RESPONSE_FORMATS}, got {response_format!r}"
+        schema = response_format.get("json_schema")
+        if kind == "json_schema" and not (isinstance(schema, dict) and isinstance(schema.get("schema"), dict)):
+            return "'json_schema' field must be provided with a 'schema'"
+    return ""
+
+
 @dataclass
 class OpenAIServer:
     """A real HTTP server on 127.0.0.1 speaking ``/v1/chat/completions`` (plain and streamed)
-    and ``/v1/embeddings``.
+    and ``/v1/embeddings``, validating requests as vLLM does (see :func:`chat_request_problem`).
 
+    Chat requests are answered with ``replies`` in order, then with ``reply``; a
+    :class:`ToolCall` answer calls a tool the request offered (``tool_calls`` in the message).
     ``faults`` are consumed one per request, in order; ``always`` (if set) applies once
     they run out. ``embed`` maps a list of input texts to vectors for ``/v1/embeddings``.
+    ``requests`` holds every JSON body received (also the rejected ones), ``rejected`` the
+    400 messages sent.
     """
 
-    reply: str = "Um, which one do you mean?"
+    reply: Reply = "Um, which one do you mean?"
+    replies: list[Reply] = field(default_factory=list)
     embed: Callable[[list[str]], list[list[float]]] | None = None
     faults: list[Fault] = field(default_factory=list)
     always: Fault | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
     base_url: str = ""
     release: threading.Event = field(default_factory=threading.Event)
 
@@ -89,26 +166,54 @@ class OpenAIServer:
     def _next_fault(self) -> Fault | None:
         return self.faults.pop(0) if self.faults else self.always
 
+    def _next_reply(self) -> Reply:
+        return self.replies.pop(0) if self.replies else self.reply
+
 
 def _handler(state: OpenAIServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             state.paths.append(self.path)
-            state.requests.append(body)
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                return self._reject(f"the body is not JSON: {raw[:60]!r}")
+            if isinstance(body, dict):
+                state.requests.append(body)
             fault = state._next_fault()
             if fault == "hang":
                 state.release.wait(10)
                 return
             if isinstance(fault, int):
                 error = {"error": {"message": f"scripted {fault}", "type": "server_error"}}
-                self._send(fault, json.dumps(error).encode(), headers={"retry-after-ms": "10"})
-            elif self.path.endswith("/embeddings"):
-                self._send(200, json.dumps(self._embeddings(body)).encode())
-            elif body.get("stream"):
-                self._send(200, self._stream(body).encode(), "text/event-stream")
+                return self._send(fault, json.dumps(error).encode(),
+                                  headers={"retry-after-ms": "10"})
+            if self.path.endswith("/embeddings"):
+                problem = _embedding_request_problem(body)
+                if problem:
+                    return self._reject(problem)
+                return self._send(200, json.dumps(self._embeddings(body)).encode())
+            if not self.path.endswith("/chat/completions"):
+                return self._send(404, b'{"error": {"message": "not found"}}')
+            problem = chat_request_problem(body)
+            answer = state._next_reply()
+            if not problem and isinstance(answer, ToolCall):
+                offered = [tool["function"]["name"] for tool in body.get("tools") or []]
+                if answer.name not in offered:
+                    problem = f"scripted a call of {answer.name!r}, the request offers {offered}"
+            if problem:
+                return self._reject(problem)
+            if body.get("stream"):
+                self._send(200, self._stream(body, answer).encode(), "text/event-stream")
             else:
-                self._send(200, json.dumps(self._chat(body)).encode())
+                self._send(200, json.dumps(self._chat(body, answer)).encode())
+
+        def _reject(self, message: str) -> None:
+            state.rejected.append(message)
+            error = {"error": {"message": message, "type": "BadRequestError", "param": None,
+                               "code": 400}}
+            self._send(400, json.dumps(error).encode())
 
         def _embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
             assert state.embed is not None, "this server has no embedding model"
@@ -123,7 +228,12 @@ def _handler(state: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 "usage": {"prompt_tokens": 1, "total_tokens": 1},
             }
 
-        def _chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        def _chat(self, body: dict[str, Any], answer: Reply) -> dict[str, Any]:
+            if isinstance(answer, ToolCall):
+                message = {"role": "assistant", "content": None,
+                           "tool_calls": [_tool_call_json(answer)]}
+            else:
+                message = {"role": "assistant", "content": answer}
             return {
                 "id": "chatcmpl-test",
                 "object": "chat.completion",
@@ -132,22 +242,32 @@ def _handler(state: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": state.reply},
-                        "finish_reason": "stop",
+                        "message": message,
+                        "finish_reason": "tool_calls" if isinstance(answer, ToolCall) else "stop",
                     }
                 ],
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
             }
 
-        def _stream(self, body: dict[str, Any]) -> str:
-            words = state.reply.split(" ")
+        def _stream(self, body: dict[str, Any], answer: Reply) -> str:
+            if isinstance(answer, ToolCall):
+                deltas = [{"role": "assistant", "content": None,
+                           "tool_calls": [{"index": 0, **_tool_call_json(answer)}]}]
+            else:
+                words = answer.split(" ")
+                deltas = [{"role": "assistant", "content": word if i == 0 else " " + word}
+                          for i, word in enumerate(words)]
             events = []
-            for i, word in enumerate(words):
-                delta = {"role": "assistant", "content": word if i == 0 else " " + word}
+            for delta in deltas:
                 chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0,
                          "model": body["model"],
                          "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
                 events.append(f"data: {json.dumps(chunk)}\n\n")
+            finish = "tool_calls" if isinstance(answer, ToolCall) else "stop"
+            last = {"id": "c", "object": "chat.completion.chunk", "created": 0,
+                    "model": body["model"],
+                    "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
+            events.append(f"data: {json.dumps(last)}\n\n")
             return "".join(events) + "data: [DONE]\n\n"
 
         def _send(self, status: int, data: bytes, content_type: str = "application/json",
@@ -164,6 +284,19 @@ def _handler(state: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             pass
 
     return Handler
+
+
+def _embedding_request_problem(body: Any) -> str:
+    texts = body.get("input") if isinstance(body, dict) else None
+    if not (isinstance(texts, str) or (isinstance(texts, list) and texts
+                                       and all(isinstance(t, str) for t in texts))):
+        return f"`input` must be a string or a non-empty list of strings, got {texts!r}"
+    return ""
+
+
+def _tool_call_json(call: ToolCall) -> dict[str, Any]:
+    return {"id": f"call-{call.name}", "type": "function",
+            "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}
 
 
 @pytest.fixture
