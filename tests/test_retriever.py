@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import math
+import tempfile
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from llama_index.core.chat_engine import ContextChatEngine
 from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.vector_stores.types import BasePydanticVectorStore
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import AsyncQdrantClient, QdrantClient
 
@@ -24,6 +27,7 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
+from llama_index_recency.edge import QdrantEdgeVectorStore
 from llama_index_recency.retriever import QdrantRecencyRetriever
 from tests.conftest import QUERY, KnownCosineEmbedding, cosines_for
 
@@ -43,8 +47,25 @@ def known_cosine_nodes(rows: Sequence[tuple[str, str | None, float]]) -> list[Te
     return nodes
 
 
-def store_of(nodes: Sequence[TextNode], name: str = "memories") -> QdrantVectorStore:
-    store = QdrantVectorStore(collection_name=name, client=QdrantClient(location=":memory:"))
+ENGINES = ("qdrant-client", "edge")
+"""qdrant-client's local mode (stores made by 0.1.0; a server speaks the same client) and Qdrant Edge."""
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def empty_store(engine: str, name: str = "memories") -> BasePydanticVectorStore:
+    if engine == "edge":
+        return QdrantEdgeVectorStore(Path(tempfile.mkdtemp()) / name)
+    return QdrantVectorStore(collection_name=name, client=QdrantClient(location=":memory:"))
+
+
+def store_of(
+    nodes: Sequence[TextNode], engine: str, name: str = "memories"
+) -> BasePydanticVectorStore:
+    store = empty_store(engine, name)
     store.add(list(nodes))
     return store
 
@@ -53,14 +74,11 @@ def e0_query(dim: int) -> QueryBundle:
     return QueryBundle(QUERY, embedding=[1.0] + [0.0] * (dim - 1))
 
 
-def retriever_for(
-    store: QdrantVectorStore, candidate_limit: int = 1000, **policy: object
-) -> QdrantRecencyRetriever:
+def retriever_for(store: QdrantVectorStore, **policy: object) -> QdrantRecencyRetriever:
     return QdrantRecencyRetriever(
         store,
         MockEmbedding(embed_dim=1),  # never called: the queries carry their embedding
         policy=RecencyBonusPostprocessor(reference_date=SEED_TODAY, **policy),
-        candidate_limit=candidate_limit,
     )
 
 
@@ -88,8 +106,8 @@ H2 = [
 ]
 
 
-def test_seed_h2_in_qdrant_matches_the_seed_table() -> None:
-    found = retriever_for(store_of(known_cosine_nodes(H2))).retrieve(e0_query(6))
+def test_seed_h2_matches_the_seed_table(engine: str) -> None:
+    found = retriever_for(store_of(known_cosine_nodes(H2), engine)).retrieve(e0_query(6))
     assert facts(found) == [fact for fact, _, _ in H2[:3]]
     assert [round(n.score, 3) for n in found] == [0.476, 0.464, 0.455]
     expected = [0.456 + 0.05 * math.exp(-13 / 14), 0.421 + 0.05 * math.exp(-2 / 14),
@@ -108,18 +126,18 @@ def test_seed_h2_in_qdrant_matches_the_seed_table() -> None:
     ],
 )
 def test_threshold_and_top_n_are_applied(
-    threshold: float, top_n: int, expected_rows: list[int]
+    threshold: float, top_n: int, expected_rows: list[int], engine: str
 ) -> None:
-    store = store_of(known_cosine_nodes(H2))
+    store = store_of(known_cosine_nodes(H2), engine)
     found = retriever_for(store, threshold=threshold, top_n=top_n).retrieve(e0_query(6))
     assert facts(found) == [H2[row][0] for row in expected_rows]
     assert all(n.score >= threshold for n in found)
 
 
-def test_future_date_gets_the_full_weight_like_the_postprocessor() -> None:
+def test_future_date_gets_the_full_weight_like_the_postprocessor(engine: str) -> None:
     rows = [("Taro will move in spring.", "2027-03-01", 0.41),
             ("Taro moved last year.", "2025-09-10", 0.44)]
-    store = store_of(known_cosine_nodes(rows))
+    store = store_of(known_cosine_nodes(rows), engine)
     (found,) = retriever_for(store).retrieve(e0_query(3))
     # A symmetric exp_decay would give 0.41 + 0.05 * exp(-172 / 14), about 0.41.
     assert found.score == pytest.approx(0.46, abs=1e-6)
@@ -128,21 +146,15 @@ def test_future_date_gets_the_full_weight_like_the_postprocessor() -> None:
     assert (found.node.node_id, found.score) == (expected.node.node_id, pytest.approx(expected.score, abs=1e-6))
 
 
-def test_candidate_limit_caps_the_window() -> None:
-    store = store_of(known_cosine_nodes(H2))
-    retriever = retriever_for(store, candidate_limit=1)  # only the best raw cosine is rescored
-    assert [round(n.score, 3) for n in retriever.retrieve(e0_query(6))] == [0.476]
-    with pytest.raises(ValueError, match="candidate_limit must be at least 1"):
-        retriever_for(store, candidate_limit=0)
-
-
 # --- exactness on a few thousand random memories ------------------------------------------
 
 N_MEMORIES, DIM, N_TOPICS = 3000, 32, 12
 
 
-@pytest.fixture(scope="module")
-def random_memories() -> tuple[QdrantVectorStore, np.ndarray, np.ndarray]:
+@pytest.fixture(scope="module", params=ENGINES)
+def random_memories(
+    request: pytest.FixtureRequest,
+) -> tuple[BasePydanticVectorStore, np.ndarray, np.ndarray]:
     """3000 memories on 12 topic axes (raw cosine 0.2-0.5 to their axis), dated over a year.
 
     Returns the store, the unit vectors as stored (float32, row i = metadata ``row`` i)
@@ -173,7 +185,7 @@ def random_memories() -> tuple[QdrantVectorStore, np.ndarray, np.ndarray]:
         ages.append(max(0.0, (REFERENCE - when).total_seconds() / 86_400))
     unit = vectors.astype(np.float64)
     unit /= np.linalg.norm(unit, axis=1, keepdims=True)
-    return store_of(nodes, "random"), unit, np.array(ages)
+    return store_of(nodes, request.param, "random"), unit, np.array(ages)
 
 
 def brute_force(
@@ -196,7 +208,7 @@ def rows(nodes: Sequence[NodeWithScore]) -> list[int]:
 
 
 def test_exact_against_brute_force_including_memories_beyond_the_top_8(
-    random_memories: tuple[QdrantVectorStore, np.ndarray, np.ndarray],
+    random_memories: tuple[BasePydanticVectorStore, np.ndarray, np.ndarray],
 ) -> None:
     store, vectors, ages = random_memories
     retriever = retriever_for(store)
@@ -221,24 +233,29 @@ def test_exact_against_brute_force_including_memories_beyond_the_top_8(
 
 
 def test_same_scores_and_rows_as_the_postprocessor_on_the_same_candidates(
-    random_memories: tuple[QdrantVectorStore, np.ndarray, np.ndarray],
+    random_memories: tuple[BasePydanticVectorStore, np.ndarray, np.ndarray],
 ) -> None:
     store, _, _ = random_memories
     retriever = retriever_for(store)
     postprocessor = RecencyBonusPostprocessor(reference_date=SEED_TODAY)
-    floor = postprocessor.threshold - postprocessor.weight
     for topic in range(0, N_TOPICS, 3):
         query = topic_query(topic)
         candidates = all_candidates(store, query, N_MEMORIES)
         by_postprocessor = postprocessor.postprocess_nodes(candidates)
         found = retriever.retrieve(query)
         assert rows(found) == rows(by_postprocessor)
-        assert max(abs(a.score - b.score) for a, b in zip(found, by_postprocessor, strict=True)) < 1e-6
+        assert [n.score for n in found] == pytest.approx(
+            [n.score for n in by_postprocessor], abs=1e-6
+        )
 
         explained = retriever.explain(query)
-        window = [c for c in candidates if c.score >= floor - 1e-6]
-        assert explained.rows == postprocessor.explain(window).rows
         assert rows(explained.nodes) == rows(found)
+        seen = {row.node_id for row in explained.rows}
+        expected = postprocessor.explain([c for c in candidates if c.node.node_id in seen]).rows
+        assert [(r.node_id, r.kept, r.reason) for r in explained.rows] == [
+            (r.node_id, r.kept, r.reason) for r in expected
+        ]
+        assert [r.final for r in explained.rows] == pytest.approx([r.final for r in expected])
 
 
 # --- missing dates and foreign collections -----------------------------------------------
@@ -250,18 +267,18 @@ UNDATED = [
 ]
 
 
-def undated_store(garbled: object = None) -> QdrantVectorStore:
+def undated_store(engine: str, garbled: object = None) -> BasePydanticVectorStore:
     nodes = known_cosine_nodes(UNDATED)
     if garbled is not None:
         nodes[1].metadata["date"] = garbled
-    return store_of(nodes)
+    return store_of(nodes, engine)
 
 
 @pytest.mark.parametrize("garbled", [None, "31/08/2026"])
 def test_missing_date_no_bonus_ranks_on_raw_cosine_and_warns_once(
-    garbled: object, caplog: pytest.LogCaptureFixture
+    garbled: object, caplog: pytest.LogCaptureFixture, engine: str
 ) -> None:
-    store = undated_store(garbled)
+    store = undated_store(engine, garbled)
     retriever = retriever_for(store)
     with caplog.at_level(logging.WARNING, logger="llama_index_recency"):
         found = retriever.retrieve(e0_query(4))
@@ -279,42 +296,41 @@ def test_missing_date_no_bonus_ranks_on_raw_cosine_and_warns_once(
     assert found[1].node.node_id in warnings[0]
 
 
-def test_missing_date_drop_leaves_the_memory_out() -> None:
-    found = retriever_for(undated_store(), on_missing_date="drop").retrieve(e0_query(4))
+def test_missing_date_drop_leaves_the_memory_out(engine: str) -> None:
+    found = retriever_for(undated_store(engine), on_missing_date="drop").retrieve(e0_query(4))
     assert facts(found) == [
         "Taro is stabilizing the TTS server.", "Taro finished the benchmark article."
     ]
 
 
 @pytest.mark.parametrize("garbled", [None, "31/08/2026"])
-def test_missing_date_raise_names_the_point_and_value(garbled: object) -> None:
-    store = undated_store(garbled)
-    points, _ = store.client.scroll("memories", limit=10, with_payload=True)
-    (point,) = [p for p in points if p.payload.get("date") in (None, garbled)]
+def test_missing_date_raise_names_the_point_and_value(garbled: object, engine: str) -> None:
+    store = undated_store(engine, garbled)
+    (undated,) = [n for n in store.get_nodes() if n.metadata.get("date") in (None, garbled)]
     retriever = retriever_for(store, on_missing_date="raise")
-    with pytest.raises(MemoryDateError, match=f"'{point.id}'.*value {garbled!r}"):
+    with pytest.raises(MemoryDateError, match=f"'{undated.node_id}'.*value {garbled!r}"):
         retriever.retrieve(e0_query(4))
 
 
-def test_raise_ignores_undated_memories_that_cannot_reach_the_threshold() -> None:
+def test_raise_ignores_undated_memories_that_cannot_reach_the_threshold(engine: str) -> None:
     rows = [("Taro is stabilizing the TTS server.", "2026-08-28", 0.456),
             ("A far-off undated note.", None, 0.30)]
-    found = retriever_for(store_of(known_cosine_nodes(rows)), on_missing_date="raise").retrieve(
+    found = retriever_for(store_of(known_cosine_nodes(rows), engine), on_missing_date="raise").retrieve(
         e0_query(3)
     )
     assert [round(n.score, 3) for n in found] == [0.476]
 
 
-def test_collection_without_dates_is_a_clear_error() -> None:
+def test_collection_without_dates_is_a_clear_error(engine: str) -> None:
     foreign = [TextNode(text=f"doc {i}", metadata={"source": "wiki"}, embedding=[1.0, float(i)])
                for i in range(3)]
     with pytest.raises(ValueError, match="none with a datetime under payload key 'date'.*"
                                          "not written by llama-index-recency"):
-        retriever_for(store_of(foreign)).retrieve(e0_query(2))
+        retriever_for(store_of(foreign, engine)).retrieve(e0_query(2))
 
 
-def test_missing_or_empty_collection_retrieves_nothing() -> None:
-    store = QdrantVectorStore(collection_name="nothing-yet", client=QdrantClient(location=":memory:"))
+def test_missing_or_empty_collection_retrieves_nothing(engine: str) -> None:
+    store = empty_store(engine, "nothing-yet")
     retriever = retriever_for(store)
     assert retriever.retrieve(e0_query(4)) == []
     assert retriever.explain(e0_query(4)).rows == ()
@@ -363,3 +379,77 @@ def test_drops_into_retriever_query_engine_and_context_chat_engine() -> None:
     assert [round(n.score, 3) for n in response.source_nodes] == [0.476, 0.464]
     chat = ContextChatEngine.from_defaults(retriever=retriever, llm=MockLLM())
     assert [round(n.score, 3) for n in chat.chat(QUERY).source_nodes] == [0.476, 0.464]
+
+
+# --- a crowded window, scoping, and async on every engine -----------------------------------
+
+
+def crowded_nodes(n_crowd: int, dim: int = 16) -> list[TextNode]:
+    """A daily-habit log: ``n_crowd`` near-identical old memories (raw 0.60-0.61) and three fresh
+    ones (raw 0.57-0.58) that the bonus makes the true top 3 from beyond rank ``n_crowd``."""
+    rng = np.random.default_rng(7)
+    rows = [(f"Taro had tea, day {i}.", (REFERENCE - timedelta(days=60 + i % 700)).date(),
+             0.60 + 0.01 * i / n_crowd) for i in range(n_crowd)]
+    rows += [(f"Taro switched to coffee, note {i}.", (REFERENCE - timedelta(days=i)).date(),
+              0.58 - 0.005 * i) for i in range(3)]
+    nodes = []
+    for fact, day, raw in rows:
+        noise = rng.normal(size=dim - 1)
+        noise *= math.sqrt(1.0 - raw * raw) / np.linalg.norm(noise)
+        node = memory_node(fact, day)
+        node.embedding = [raw, *noise.tolist()]
+        nodes.append(node)
+    return nodes
+
+
+def test_fresh_memories_beyond_rank_1000_in_a_crowded_window_are_found(engine: str) -> None:
+    store = store_of(crowded_nodes(1500), engine)
+    query = e0_query(16)
+    found = retriever_for(store).retrieve(query)
+    assert facts(found) == [f"Taro switched to coffee, note {i}." for i in range(3)]
+    by_raw = all_candidates(store, query, 1503)
+    ranks = [next(r for r, c in enumerate(by_raw) if c.node.node_id == n.node.node_id) for n in found]
+    assert min(ranks) >= 1500  # all three rank last by raw cosine
+    expected = RecencyBonusPostprocessor(reference_date=SEED_TODAY).postprocess_nodes(by_raw)
+    assert [n.node.node_id for n in found] == [n.node.node_id for n in expected]
+
+
+def test_a_users_scope_is_applied_inside_every_search(engine: str) -> None:
+    """Two users with the identical fact on the same day: neither query sees the other's memory."""
+    nodes = []
+    for user, raw in (("taro", 0.47), ("hanako", 0.48)):
+        for fact, day, _ in H2[:3]:
+            node = memory_node(fact, day, metadata={"user_id": user})
+            node.id_ = f"{node.node_id[:-4]}{'0001' if user == 'taro' else '0002'}"
+            nodes.append(node)
+    for i, node in enumerate(nodes):
+        raw = [0.456, 0.421, 0.408][i % 3] + (0.02 if i >= 3 else 0.0)  # hanako's score higher
+        node.embedding = [raw] + [math.sqrt(1 - raw * raw) if d == i else 0.0 for d in range(6)]
+    store = store_of(nodes, engine)
+    policy = RecencyBonusPostprocessor(reference_date=SEED_TODAY)
+    for user in ("taro", "hanako"):
+        retriever = QdrantRecencyRetriever(store, MockEmbedding(embed_dim=1), policy, user_id=user)
+        found = retriever.retrieve(e0_query(7))
+        assert len(found) == 3
+        assert {n.node.metadata["user_id"] for n in found} == {user}
+    unscoped = QdrantRecencyRetriever(store, MockEmbedding(embed_dim=1), policy).retrieve(e0_query(7))
+    # Unscoped, the two users' memories mix (0.496, 0.484 hanako; 0.476 taro).
+    assert [n.node.metadata["user_id"] for n in unscoped] == ["hanako", "hanako", "taro"]
+
+
+async def test_async_retrieval_matches_sync_and_raises_like_it(engine: str) -> None:
+    store = undated_store(engine)
+    retriever = retriever_for(store)
+    assert texts(await retriever.aretrieve(e0_query(4))) == texts(retriever.retrieve(e0_query(4)))
+    assert (await retriever.aexplain(e0_query(4))).rows == retriever.explain(e0_query(4)).rows
+    with pytest.raises(MemoryDateError, match="no usable 'date'"):
+        await retriever_for(store, on_missing_date="raise").aretrieve(e0_query(4))
+
+
+async def test_async_on_empty_missing_and_foreign_stores(engine: str) -> None:
+    empty = retriever_for(empty_store(engine, "not-yet"))
+    assert await empty.aretrieve(e0_query(2)) == []
+    assert (await empty.aexplain(e0_query(2))).rows == ()
+    foreign = [TextNode(text=f"doc {i}", metadata={}, embedding=[1.0, float(i)]) for i in range(2)]
+    with pytest.raises(ValueError, match="not written by llama-index-recency"):
+        await retriever_for(store_of(foreign, engine)).aretrieve(e0_query(2))
