@@ -10,6 +10,7 @@ Candidates are retrieved once (top-k by raw cosine) and re-scored per grid point
 
 from __future__ import annotations
 
+import math
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -276,9 +277,9 @@ def fit_threshold(
 
 
 def _with_bonus(policy: RecencyPolicy, weight: float, tau_days: float) -> RecencyPolicy:
-    if weight < 0 or tau_days <= 0:
+    if not (0 <= weight < math.inf and 0 < tau_days < math.inf):
         raise ValueError(
-            f"a candidate needs weight >= 0 and tau_days > 0, got ({weight}, {tau_days})"
+            f"a candidate needs finite weight >= 0 and tau_days > 0, got ({weight}, {tau_days})"
         )
     return policy.model_copy(update={"weight": weight, "tau_days": tau_days})
 

@@ -41,7 +41,9 @@ def parse_memory_date(value: Any) -> datetime:
 
     Dates mean midnight UTC and naive datetimes are taken as UTC, which is also how
     Qdrant reads datetime payloads, so both sides compute the same age.
-    Raises ``ValueError`` for anything else (numbers, empty strings, garbage).
+    Raises ``ValueError`` for anything else (numbers, empty strings, garbage) and for
+    instants outside years 1-9999 in UTC (``0001-01-01T00:00:00+01:00``), so callers'
+    missing-date policies apply to them instead of an ``OverflowError``.
     """
     if isinstance(value, datetime):
         parsed = value
@@ -56,7 +58,10 @@ def parse_memory_date(value: Any) -> datetime:
         raise ValueError(f"not a date: {value!r}")
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)
-    return parsed.astimezone(timezone.utc)
+    try:
+        return parsed.astimezone(timezone.utc)
+    except OverflowError:
+        raise ValueError(f"date out of range (years 1-9999 in UTC): {value!r}") from None
 
 
 def age_in_days(memory_date: datetime, reference: datetime) -> float:
@@ -109,8 +114,14 @@ class RecencyRanking:
 
 
 def _one_line(text: str, width: int = 72) -> str:
-    flat = " ".join(text.split()).replace("|", "\\|")
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    """``text`` on one line, cut to ``width`` shown characters ("…" last), ``|`` escaped.
+
+    Cut before escaping, so a cut never strands a backslash and escapes cost no text.
+    """
+    flat = " ".join(text.split())
+    if len(flat) > width:
+        flat = flat[: width - 1] + "…"
+    return flat.replace("|", "\\|")
 
 
 class RecencyPolicy(BaseModel):
@@ -121,13 +132,20 @@ class RecencyPolicy(BaseModel):
     """
 
     weight: float = Field(
-        default=0.05, ge=0.0, description="Largest bonus, given to a memory dated today."
+        default=0.05,
+        ge=0.0,
+        allow_inf_nan=False,
+        description="Largest bonus, given to a memory dated today.",
     )
     tau_days: float = Field(
-        default=14.0, gt=0.0, description="Decay constant of the bonus, in days."
+        default=14.0,
+        gt=0.0,
+        allow_inf_nan=False,
+        description="Decay constant of the bonus, in days.",
     )
     threshold: float = Field(
         default=0.45,
+        allow_inf_nan=False,
         description="Lowest post-bonus score that may enter the prompt.",
     )
     top_n: int = Field(default=3, ge=1, description="Most memories kept for the prompt.")
@@ -156,10 +174,8 @@ class RecencyPolicy(BaseModel):
     def _check_reference_date(cls, value: Any) -> Any:
         if value is None or callable(value):
             return value
-        if isinstance(value, str):
+        if isinstance(value, (str, date)):
             parse_memory_date(value)  # fail at construction, not at query time
-            return value
-        if isinstance(value, date):
             return value
         raise ValueError(
             f"reference_date must be a date, datetime, ISO string or callable, got {value!r}"
@@ -201,6 +217,8 @@ class RecencyPolicy(BaseModel):
         ``NodeWithScore`` objects carrying the final score; the caller's nodes and their
         metadata are left untouched.
         """
+        if not 0.0 <= bonus_scale < math.inf:
+            raise ValueError(f"bonus_scale must be a finite number >= 0, got {bonus_scale!r}")
         reference = reference or self.reference()
         scored: list[tuple[float, int, NodeWithScore, RankedMemory]] = []
         for position, candidate in enumerate(nodes):
@@ -229,13 +247,12 @@ class RecencyPolicy(BaseModel):
         self, candidate: NodeWithScore, reference: datetime, bonus_scale: float
     ) -> RankedMemory:
         node = candidate.node
-        raw = candidate.score
-        if raw is None or (isinstance(raw, float) and math.isnan(raw)):
+        raw = math.nan if candidate.score is None else float(candidate.score)
+        if not math.isfinite(raw):
             raise ValueError(
-                f"node {node.node_id!r} has no similarity score ({raw!r}); the recency "
-                "bonus re-ranks retriever results, which carry one"
+                f"node {node.node_id!r} has no similarity score ({candidate.score!r}); "
+                "the recency bonus re-ranks retriever results, which carry a finite one"
             )
-        raw = float(raw)
         date_value = node.metadata.get(self.date_key)
         try:
             memory_date = parse_memory_date(date_value)

@@ -122,6 +122,32 @@ def test_no_threshold_when_every_target_is_under_the_hit_free_max(seed_cosines) 
     assert "| Threshold | none separates them |" in fit.to_table()
 
 
+def test_threshold_is_inclusive_like_the_postprocessor() -> None:
+    """Scores exactly at the threshold: the postprocessor keeps final >= threshold, so such
+    a memory enters the prompt. A hit-free one there therefore fails (a), a target passes."""
+    at_threshold = [
+        RetrievedCandidates(question("C1", "target"), (memory("target", "2026-09-01", 0.45),)),
+        RetrievedCandidates(question("N1"), (memory("noise", "2026-09-01", 0.45),)),
+    ]
+    # weight 0 makes every final exactly its raw cosine, 0.45 == threshold.
+    (result,) = calibrate(at_threshold, SEED_POLICY, [(0.0, 14.0)]).results
+    assert (result.hit_free.final, result.targets[0].final) == (0.45, 0.45)
+    assert result.failed == ("a",)
+
+    just_under = RetrievedCandidates(question("N1"), (memory("noise", "2026-09-01", 0.4499),))
+    (result,) = calibrate([at_threshold[0], just_under], SEED_POLICY, [(0.0, 14.0)]).results
+    assert result.passed and result.headroom == pytest.approx(0.0001)
+
+
+@pytest.mark.parametrize(
+    "candidate", [(float("nan"), 14.0), (float("inf"), 14.0), (0.05, float("inf")),
+                  (0.05, float("nan")), (-0.01, 14.0), (0.05, 0.0)],
+)
+def test_unusable_grid_candidate_is_refused(seed_cosines, candidate) -> None:
+    with pytest.raises(ValueError, match="a candidate needs finite weight >= 0 and tau_days > 0"):
+        calibrate(seed_cosines, SEED_POLICY, [candidate])
+
+
 def test_labels_need_a_target_and_a_hit_free_question(seed_cosines) -> None:
     with pytest.raises(ValueError, match="hit-free"):
         calibrate(seed_cosines[:2], SEED_POLICY)

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import logging
+import re
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
 from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
 
-from llama_index_recency import MemoryDateError, RecencyBonusPostprocessor, memory_node
+from conftest import KnownCosineEmbedding, cosines_for
+from llama_index_recency import (
+    MemoryDateError,
+    RecencyBonusPostprocessor,
+    memory_node,
+    open_memory_index,
+)
 
 SEED_TODAY = "2026-09-10"
 
@@ -141,9 +148,22 @@ def test_reference_date_none_means_now() -> None:
     assert row.age_days == pytest.approx(1.0, abs=1e-3)
 
 
-def test_bad_reference_date_is_rejected_at_construction() -> None:
-    with pytest.raises(ValueError, match="not an ISO 8601 date: 'next tuesday'"):
-        RecencyBonusPostprocessor(reference_date="next tuesday")
+@pytest.mark.parametrize(
+    ("reference", "message"),
+    [
+        ("next tuesday", "not an ISO 8601 date: 'next tuesday'"),
+        (20260910, "must be a date, datetime, ISO string or callable, got 20260910"),
+        ("9999-12-31T23:59:59-12:00", "date out of range .*'9999-12-31T23:59:59-12:00'"),
+    ],
+)
+def test_bad_reference_date_is_rejected_at_construction(reference: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RecencyBonusPostprocessor(reference_date=reference)
+
+
+def test_top_n_zero_is_rejected() -> None:
+    with pytest.raises(ValueError, match=r"top_n\n.*greater than or equal to 1"):
+        RecencyBonusPostprocessor(top_n=0)
 
 
 def test_missing_date_no_bonus_logs_once(caplog: pytest.LogCaptureFixture) -> None:
@@ -164,9 +184,9 @@ def test_missing_date_drop() -> None:
     postprocessor = RecencyBonusPostprocessor(reference_date=SEED_TODAY, on_missing_date="drop")
     ranking = postprocessor.explain([candidate(None, 0.9, "undated"), candidate("2026-09-09", 0.5, "dated")])
     assert [n.node.get_content() for n in ranking.nodes] == ["dated"]
-    assert [(r.text, r.reason) for r in ranking.rows] == [
-        ("undated", "dropped: no date"),
-        ("dated", "kept"),
+    assert [(r.text, r.kept, r.reason) for r in ranking.rows] == [
+        ("undated", False, "dropped: no date"),
+        ("dated", True, "kept"),
     ]
 
 
@@ -175,6 +195,64 @@ def test_missing_date_raise_names_node_and_value() -> None:
     bad = candidate("31/08/2026", 0.5)
     with pytest.raises(MemoryDateError, match=f"{bad.node.node_id}.*'31/08/2026'"):
         postprocessor.postprocess_nodes([candidate("2026-09-01", 0.5), bad])
+
+
+OUT_OF_RANGE = ["9999-12-31T23:59:59-12:00", "0001-01-01T00:00:00+01:00"]
+"""Valid ISO strings whose instant falls outside datetime's range once converted to UTC."""
+
+
+def stored(index, node: TextNode, raw: float) -> NodeWithScore:
+    """``node`` as it comes back from the store: written, then retrieved with its cosine."""
+    index.insert_nodes([node])
+    (hit,) = [h for h in index.as_retriever(similarity_top_k=8).retrieve("q")
+              if h.node.node_id == node.node_id]
+    assert hit.score == pytest.approx(raw)
+    return hit
+
+
+@pytest.fixture
+def out_of_range_store() -> list[NodeWithScore]:
+    """Three stored memories: two dated out of range, one dated the day before SEED_TODAY."""
+    nodes = [TextNode(text=f"memory {day}", metadata={"date": day})
+             for day in [*OUT_OF_RANGE, "2026-09-09"]]
+    index = open_memory_index(KnownCosineEmbedding(cosines_for(nodes, [0.60, 0.55, 0.50])))
+    return [stored(index, node, raw) for node, raw in zip(nodes, [0.60, 0.55, 0.50], strict=True)]
+
+
+def test_out_of_range_dates_get_no_bonus_by_default(out_of_range_store) -> None:
+    postprocessor = RecencyBonusPostprocessor(reference_date=SEED_TODAY)
+    rows = postprocessor.explain(out_of_range_store).rows
+    assert [(r.date, r.age_days, r.bonus, round(r.final, 4), r.reason) for r in rows] == [
+        ("9999-12-31T23:59:59-12:00", None, 0.0, 0.6, "kept"),
+        ("0001-01-01T00:00:00+01:00", None, 0.0, 0.55, "kept"),
+        ("2026-09-09", 1.0, pytest.approx(0.0466, abs=1e-4), 0.5466, "kept"),
+    ]
+    assert len(postprocessor.postprocess_nodes(out_of_range_store)) == 3
+
+
+def test_out_of_range_dates_are_dropped_with_drop(out_of_range_store) -> None:
+    postprocessor = RecencyBonusPostprocessor(reference_date=SEED_TODAY, on_missing_date="drop")
+    rows = postprocessor.explain(out_of_range_store).rows
+    assert [(r.date, r.kept, r.reason) for r in rows] == [
+        ("9999-12-31T23:59:59-12:00", False, "dropped: no date"),
+        ("0001-01-01T00:00:00+01:00", False, "dropped: no date"),
+        ("2026-09-09", True, "kept"),
+    ]
+    kept = postprocessor.postprocess_nodes(out_of_range_store)
+    assert [n.node.get_content() for n in kept] == ["memory 2026-09-09"]
+
+
+@pytest.mark.parametrize("position", [0, 1])
+def test_out_of_range_dates_raise_with_raise(out_of_range_store, position: int) -> None:
+    postprocessor = RecencyBonusPostprocessor(reference_date=SEED_TODAY, on_missing_date="raise")
+    node = out_of_range_store[position]
+    value = node.node.metadata["date"]
+    message = re.escape(f"node '{node.node.node_id}' has no usable 'date' (value '{value}'): "
+                        f"date out of range (years 1-9999 in UTC): '{value}'")
+    with pytest.raises(MemoryDateError, match=message):
+        postprocessor.explain([out_of_range_store[2], node])
+    with pytest.raises(MemoryDateError, match=message):
+        postprocessor.postprocess_nodes([out_of_range_store[2], node])
 
 
 @pytest.mark.parametrize("raw", [None, float("nan")])
@@ -200,6 +278,24 @@ def test_caller_nodes_are_not_mutated_and_prompt_text_is_clean() -> None:
 def test_ranking_table_is_printable(seed_postprocessor: RecencyBonusPostprocessor) -> None:
     table = seed_postprocessor.explain([candidate("2026-09-01", 0.441, "Sweet café au lait")]).to_table()
     assert table.splitlines()[2] == "| Sweet café au lait | 0.441 | +0.026 | 0.467 | kept |"
+
+
+@pytest.mark.parametrize(
+    ("text", "cell"),
+    [
+        # A pipe is escaped so it cannot open a new column; newlines and runs of spaces fold.
+        ("grep a|b\n  in   logs", "grep a\\|b in logs"),
+        ("x" * 72, "x" * 72),  # exactly the width: shown whole
+        ("x" * 73, "x" * 71 + "…"),  # one over: 71 characters and an ellipsis
+        # The cut counts shown characters, so escapes do not shorten the text.
+        ("a|" * 36, "a\\|" * 36),
+        ("a|" * 37, "a\\|" * 35 + "a…"),
+    ],
+)
+def test_ranking_table_cell_is_escaped_and_cut_at_72(text: str, cell: str) -> None:
+    postprocessor = RecencyBonusPostprocessor(reference_date=SEED_TODAY, weight=0.0)
+    table = postprocessor.explain([candidate("2026-09-01", 0.5, text)]).to_table()
+    assert table.splitlines()[2] == f"| {cell} | 0.500 | +0.000 | 0.500 | kept |"
 
 
 def test_serialization_round_trip() -> None:
