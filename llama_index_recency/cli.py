@@ -1,7 +1,10 @@
-"""Command line ``llama-index-recency``: demo, calibrate, and add / ask / list on a local store.
+"""Command line ``llama-index-recency``: demo, calibrate, and add / ask / list / remember on a store.
 
-One function per subcommand (``_demo``, ``_calibrate``, ``_add``, ``_ask``, ``_list``), each
-taking the parsed arguments and a :class:`_Session` (console, embedding model, timings).
+One small function per subcommand (``_demo``, ``_calibrate``, ``_add``, ``_ask``,
+``_list``, ``_remember``), each taking the parsed arguments and a :class:`_Session`
+(consoles, embedding model, timings). Failures are exceptions; :func:`main` alone turns
+them into one line on stderr and an exit code (:func:`_describe`). Text that comes from a
+user or an LLM is always printed through :func:`_literal`, never as rich markup.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -16,17 +20,24 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import platformdirs
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
-from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
-from llama_index.vector_stores.qdrant import QdrantVectorStore
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
+from rich.text import Text
 
 from llama_index_recency.calibration import (
     DEFAULT_KEY,
@@ -50,6 +61,8 @@ from llama_index_recency.examples import (
 from llama_index_recency.memory import memory_node
 from llama_index_recency.models import (
     LLM_BASE_URL_ENV,
+    MINILM_EMBEDDING,
+    QWEN3_EMBEDDING,
     offline_embedding,
     openai_like_llm,
     qwen3_embedding,
@@ -60,10 +73,14 @@ from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 from llama_index_recency.store import (
     DEFAULT_COLLECTION,
     MemoryStoreLockedError,
+    MemoryStoreNotFoundError,
+    check_memory_store,
+    close_memory_index,
+    count_memories,
+    get_memories,
     open_memory_index,
-    qdrant_clients,
 )
-from llama_index_recency.writer import MemoryWriteError, remember_transcript
+from llama_index_recency.writer import MemoryWriteError, Turn, parse_transcript, remember
 
 # The seed's 0.45 belongs to Qwen3-Embedding-0.6B at 256 dims. For all-MiniLM-L6-v2,
 # `llama-index-recency calibrate --fit-threshold` on the bundled data (bonus 0.05/14)
@@ -74,6 +91,12 @@ from llama_index_recency.writer import MemoryWriteError, remember_transcript
 DEFAULT_THRESHOLDS = {"minilm": 0.25, "qwen3": 0.45}
 
 EMBED_BATCH_SIZE = 16
+WRITE_BATCH_SIZE = 64
+
+DEBUG_ENV = "RECENCY_DEBUG"
+"""Set to 1 to get the traceback of an unexpected error instead of its one-line summary."""
+
+LLM_RETRIES = 2  # openai_like_llm's default: a failing call is sent three times in all
 
 
 def default_store_path() -> Path:
@@ -85,22 +108,95 @@ def main(argv: Sequence[str] | None = None, *, embed_model: BaseEmbedding | None
     """Entry point of the ``llama-index-recency`` console script.
 
     ``embed_model`` replaces the model ``--model`` would load (notebooks and tests
-    reuse one loaded model this way).
+    reuse one loaded model this way). Any failure is one line on stderr and a non-zero
+    exit; set ``RECENCY_DEBUG=1`` to see the traceback of an unexpected one.
     """
-    args = _parser().parse_args(argv)
-    session = _Session(Console(), embed_model)
+    session = _Session(Console(), Console(stderr=True, soft_wrap=True), embed_model)
     try:
+        args = _parser().parse_args(_checked_argv(sys.argv[1:] if argv is None else argv))
         return int(args.run(args, session) or 0)
-    except (MemoryStoreLockedError, EmbeddingMismatchError, MemoryWriteError) as error:
-        session.console.print(f"[red]error:[/] {error}", highlight=False)
-        return 1
+    except Exception as error:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        message, code = _describe(error)
+        session.errors.print(Text("error: ", style="red") + _literal(" ".join(message.split())))
+        return code
+
+
+class CommandError(Exception):
+    """Bad input or a refused action, reported as one line and exit ``code``."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class LLMError(RuntimeError):
+    """The chat LLM failed (HTTP error, timeout, unreadable answer)."""
+
+
+class PartialWriteError(RuntimeError):
+    """Storing stopped part way; the message says how many memories were stored and how many not."""
+
+
+def _describe(error: Exception) -> tuple[str, int]:
+    """The one place that maps a failure to its one-line message and exit code."""
+    if isinstance(error, CommandError):
+        return str(error), error.code
+    if isinstance(error, (MemoryStoreLockedError, MemoryStoreNotFoundError, EmbeddingMismatchError,
+                          MemoryWriteError, PartialWriteError, LLMError)):
+        return str(error), 1
+    if isinstance(error, NotADirectoryError):
+        return f"{error.filename or error} is a file, not a memory store directory", 1
+    if isinstance(error, PermissionError):
+        return f"permission denied: {error.filename or error} ({error.strerror})", 1
+    if isinstance(error, OSError) and error.strerror:
+        return f"{error.filename}: {error.strerror}" if error.filename else error.strerror, 1
+    return (f"unexpected {type(error).__name__}: {error} (rerun with {DEBUG_ENV}=1 for the "
+            "traceback)"), 1
+
+
+def _checked_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` unchanged, or an error naming the first argument that is not UTF-8.
+
+    Python hands undecodable bytes over as lone surrogates, which could neither be
+    stored nor printed.
+    """
+    for number, arg in enumerate(argv, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raw = arg.encode("utf-8", "surrogateescape")
+            raise CommandError(f"argument {number} is not UTF-8 text: {raw!r}") from None
+    return list(argv)
+
+
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _literal(text: str, style: str = "") -> Text:
+    """User or LLM text shown exactly as written.
+
+    No markup is parsed (``[/b]``, ``[link=…]`` stay as typed) and control characters
+    (terminal escape sequences) are shown as ``\\x1b``-style escapes instead of being sent.
+    """
+    visible = _CONTROL_CHARACTERS.sub(lambda match: match.group().encode("unicode_escape")
+                                      .decode("ascii"), text)
+    return Text(visible, style=style)
 
 
 # --- argument parsing -------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line (through :func:`main`), not usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CommandError(f"{self.prog}: {message} (see --help)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="llama-index-recency",
         description="Recency-aware memory retrieval for LlamaIndex over Qdrant.",
     )
@@ -127,11 +223,12 @@ def _parser() -> argparse.ArgumentParser:
         description="Rerun the seed's four-candidate pass: for each (weight, tau_days), the "
         "hit-free max must stay under the threshold (a) and every target memory must reach "
         "it (b, c, ...). Adopts the smallest passing weight (ties: smaller tau). Without "
-        "--store it uses the bundled memories and questions. Exits 1 when no candidate passes.",
+        "--store or --url it uses the bundled memories and questions. Exits 1 when no "
+        "candidate passes.",
     )
     _model_options(calibration)
-    calibration.add_argument("--store", type=Path, default=None,
-                             help="a local store to calibrate on (needs --questions)")
+    _store_options(calibration, "a store to calibrate on (needs --questions; default: the "
+                   "bundled memories)")
     calibration.add_argument("--questions", type=Path, default=None,
                              help="labelled questions, JSON like the bundled questions.json; "
                              "targets name memories by their 'key' metadata or node id")
@@ -151,63 +248,65 @@ def _parser() -> argparse.ArgumentParser:
     calibration.add_argument("--tau-days", type=float, default=14.0,
                              help="bonus decay for --fit-threshold")
     calibration.add_argument("--top-k", type=int, default=8, help="candidates taken by raw cosine")
-    calibration.add_argument("--today", type=date.fromisoformat, default=None,
+    calibration.add_argument("--today", type=_iso_date, default=None,
                              help="reference date (default: 2026-09-10 for the bundled data, "
                              "else today)")
     calibration.set_defaults(run=_calibrate)
 
     add = commands.add_parser(
         "add",
-        help="store a memory (or a JSON file of them) in the local store",
+        help="store a memory (or a JSON file of them)",
         description="Embed and store dated memories. The same fact and date stored twice "
-        "keeps one copy.",
+        "keeps one copy; a failed run reports what was stored, and rerunning it stores the rest.",
     )
     _model_options(add)
-    _store_option(add)
-    add.add_argument("fact", nargs="?", help="the fact sentence, e.g. 'The user likes tea.'")
-    add.add_argument("--date", type=date.fromisoformat, default=None,
+    _store_options(add)
+    add.add_argument("fact", nargs="?", type=_non_blank("fact"),
+                     help="the fact sentence, e.g. 'The user likes tea.'")
+    add.add_argument("--date", type=_iso_date, default=None,
                      help="the memory's date, YYYY-MM-DD (default: today)")
     add.add_argument("--key", default=None, help="a name for the memory (calibration targets)")
     add.add_argument("--user-name", default=None,
                      help="replaces the generic subject 'the user' with this name")
     add.add_argument("--file", type=Path, default=None,
-                     help="JSON like the bundled memories.json: {'memories': [{'fact', 'date', "
-                     "'key'}], 'user_name'}")
+                     help="UTF-8 JSON (a BOM is fine) like the bundled memories.json: "
+                     "{'memories': [{'fact', 'date', 'key'}], 'user_name'}")
     add.set_defaults(run=_add)
 
     ask = commands.add_parser(
         "ask",
-        help="rank the local store's memories for a question (and ask the LLM)",
+        help="rank the store's memories for a question (and ask the LLM)",
         description="Retrieve, re-rank and print the candidates for QUESTION with per-stage "
         f"timings. With {LLM_BASE_URL_ENV} set, also send the B-format prompt.",
     )
     _model_options(ask)
-    _store_option(ask)
+    _store_options(ask)
     _ranking_options(ask)
     _chat_options(ask)
-    ask.add_argument("question")
-    ask.add_argument("--today", type=date.fromisoformat, default=None,
+    ask.add_argument("question", type=_non_blank("question"))
+    ask.add_argument("--today", type=_iso_date, default=None,
                      help="reference date (default: today)")
     ask.set_defaults(run=_ask)
 
-    remember = commands.add_parser(
+    remember_command = commands.add_parser(
         "remember",
         help="store the durable facts about the user from a conversation transcript",
         description="Read a transcript ('user: …' / 'assistant: …' lines, '#' comments), ask "
         f"the LLM ({LLM_BASE_URL_ENV}) for durable facts about the user and store them, dated. "
         "Any failure stores nothing.",
     )
-    _model_options(remember)
-    _store_option(remember)
-    remember.add_argument("transcript", type=Path, help="transcript file (UTF-8)")
-    remember.add_argument("--date", type=date.fromisoformat, default=None,
-                          help="the conversation's day, YYYY-MM-DD (default: today)")
-    remember.add_argument("--user-name", default=None,
-                          help="replaces the generic subject 'the user' with this name")
-    remember.set_defaults(run=_remember)
+    _model_options(remember_command)
+    _store_options(remember_command)
+    remember_command.add_argument("transcript", type=Path, help="transcript file (UTF-8)")
+    remember_command.add_argument("--date", type=_iso_date, default=None,
+                                  help="the conversation's day, YYYY-MM-DD (default: today)")
+    remember_command.add_argument("--user-name", default=None,
+                                  help="replaces the generic subject 'the user' with this name")
+    _timeout_option(remember_command)
+    remember_command.set_defaults(run=_remember)
 
-    listing = commands.add_parser("list", help="show the memories in the local store")
-    _store_option(listing)
+    listing = commands.add_parser("list", help="show the memories in a store (no model needed)")
+    _store_options(listing)
     listing.set_defaults(run=_list)
     return parser
 
@@ -231,15 +330,44 @@ def _chat_options(parser: argparse.ArgumentParser) -> None:
                         help=f"do not call the LLM even if {LLM_BASE_URL_ENV} is set")
     parser.add_argument("--compare", action="store_true",
                         help="also ask without memory (OFF) and show OFF and B side by side")
+    _timeout_option(parser)
 
 
-def _store_option(parser: argparse.ArgumentParser) -> None:
+def _timeout_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--llm-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="give up on an LLM answer after this long (per attempt; "
+                        f"{LLM_RETRIES + 1} attempts)")
+
+
+def _store_options(parser: argparse.ArgumentParser, store_help: str | None = None) -> None:
     parser.add_argument("--store", type=Path, default=None,
-                        help=f"local Qdrant directory (default: {default_store_path()})")
+                        help=store_help or f"local store directory (default: {default_store_path()})")
+    parser.add_argument("--url", default=None,
+                        help="a Qdrant server (e.g. http://localhost:6333) instead of --store")
+    parser.add_argument("--collection", default=DEFAULT_COLLECTION,
+                        help=f"the collection holding the memories (default: {DEFAULT_COLLECTION})")
 
 
 def _id_list(value: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def _iso_date(value: str) -> date:
+    try:
+        return date.fromisoformat(value.strip())
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(
+            f"expected a date YYYY-MM-DD, got {value!r} ({error})"
+        ) from None
+
+
+def _non_blank(what: str) -> Any:
+    def check(value: str) -> str:
+        if not value.strip():
+            raise argparse.ArgumentTypeError(f"the {what} is empty")
+        return value
+
+    return check
 
 
 def _grid_point(value: str) -> tuple[float, float]:
@@ -289,11 +417,47 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1000:.1f} ms"
 
 
+@dataclass(frozen=True)
+class _Location:
+    """Where the memories live: a local ``path``, a server ``url``, or (neither) in memory."""
+
+    path: Path | None
+    url: str | None
+    collection: str = DEFAULT_COLLECTION
+
+    @classmethod
+    def of(cls, args: argparse.Namespace, default_path: Path | None) -> _Location:
+        if args.store is not None and args.url is not None:
+            raise CommandError("give --store or --url, not both")
+        path = None if args.url is not None else (args.store or default_path)
+        return cls(path, args.url, args.collection)
+
+    def __str__(self) -> str:
+        where = self.url or (str(self.path) if self.path else "memory")
+        return where if self.collection == DEFAULT_COLLECTION else f"{where} ({self.collection})"
+
+    def open(self, embed_model: BaseEmbedding | None) -> VectorStoreIndex:
+        return open_memory_index(  # type: ignore[arg-type]  # None: read-only, see _list
+            embed_model, path=None if self.path is None else str(self.path), url=self.url,
+            collection_name=self.collection,
+        )
+
+
+@dataclass(frozen=True)
+class _Written:
+    """What a write did: memories new to the store, already there, and replaced keys."""
+
+    new: int
+    already: int
+    replaced_keys: tuple[tuple[str, str, str], ...] = ()  # (memory text, old key, new key)
+
+
 @dataclass
 class _Session:
-    """What every subcommand needs: the console, the (lazily loaded) embedding, timings."""
+    """What every subcommand needs: the consoles, the (lazily loaded) embedding, timings."""
 
     console: Console
+    errors: Console
     embed_model: BaseEmbedding | None = None
     timings: _Timings = field(default_factory=_Timings)
 
@@ -302,38 +466,124 @@ class _Session:
             from transformers.utils import logging as transformers_logging
 
             transformers_logging.disable_progress_bar()  # the status line below says it
+            name = MINILM_EMBEDDING if model == "minilm" else QWEN3_EMBEDDING
             with self.console.status(f"loading the {model} embedding model"), \
                     self.timings.stage("embedding model load"):
-                self.embed_model = offline_embedding() if model == "minilm" else qwen3_embedding()
+                try:
+                    self.embed_model = offline_embedding() if model == "minilm" \
+                        else qwen3_embedding()
+                except Exception as error:  # hub, file and format errors alike
+                    first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                    raise CommandError(f"cannot load the {model} embedding model ({name}): "
+                                       f"{type(error).__name__}: {first_line}", 1) from error
         return self.embed_model
 
     @contextmanager
-    def store(self, model: str, path: Path | None) -> Iterator[VectorStoreIndex]:
-        """The memory index at ``path`` (in memory for ``None``); closes Qdrant's lock after."""
-        embed_model = self.embedding(model)
-        index = open_memory_index(embed_model, path=None if path is None else str(path))
+    def store(self, model: str, location: _Location, *, writes: bool
+              ) -> Iterator[VectorStoreIndex]:
+        """The memory index at ``location``, released after; a local store is checked
+        (lock, missing, a file) before the model loads. Only writing commands create one."""
+        if location.path is not None:
+            check_memory_store(str(location.path), must_exist=not writes)
+        index = location.open(self.embedding(model))
         try:
             yield index
         finally:
-            index.vector_store.client.close()
+            close_memory_index(index)
 
-    def insert(self, index: VectorStoreIndex, nodes: Sequence[TextNode]) -> None:
-        """Embed ``nodes`` in batches behind a progress bar, then store them."""
-        embed_model = self.embed_model
-        assert embed_model is not None, "open the store first"
+    def insert(self, index: VectorStoreIndex, nodes: Sequence[TextNode]) -> _Written:
+        """Store ``nodes``: skip those already stored as they are, embed the rest, then write
+        them in batches, each phase behind its own progress bar.
+
+        Raises :class:`PartialWriteError` saying exactly how many were stored when a phase fails.
+        """
+        unique = list({node.node_id: node for node in nodes}.values())
+        stored = _stored(index, [node.node_id for node in unique])
+        pending, replaced = [], []
+        for node in unique:
+            old = stored.get(node.node_id)
+            if old is not None:
+                _keep_old_metadata(node, old)
+                if node.metadata == old.metadata:
+                    continue
+                if node.metadata.get(DEFAULT_KEY) != old.metadata.get(DEFAULT_KEY):
+                    replaced.append((node.get_content(), str(old.metadata.get(DEFAULT_KEY, "")),
+                                     str(node.metadata[DEFAULT_KEY])))
+            pending.append(node)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn())
-        with Progress(*columns, console=self.console, transient=True) as progress, \
-                self.timings.stage(f"embedding and storing {len(nodes)} memories"):
-            task = progress.add_task("embedding memories", total=len(nodes))
+        with Progress(*columns, console=self.console, transient=True,
+                      disable=not self.console.is_terminal) as progress:
+            self._embed(progress, pending)
+            self._write(progress, index, pending)
+        new = sum(1 for node in unique if node.node_id not in stored)
+        return _Written(new, len(unique) - new, tuple(replaced))
+
+    def _embed(self, progress: Progress, nodes: Sequence[TextNode]) -> None:
+        embed_model = self.embed_model
+        assert embed_model is not None, "open the store first"
+        task = progress.add_task("embedding memories", total=len(nodes))
+        with self.timings.stage(f"embedding {len(nodes)} memories"):
             for start in range(0, len(nodes), EMBED_BATCH_SIZE):
                 batch = nodes[start:start + EMBED_BATCH_SIZE]
                 texts = [node.get_content(metadata_mode=MetadataMode.EMBED) for node in batch]
-                vectors = embed_model.get_text_embedding_batch(texts)
+                try:
+                    vectors = embed_model.get_text_embedding_batch(texts)
+                except Exception as error:
+                    raise _partial(0, len(nodes), f"embedding failed: {_reason(error)}") from error
                 for node, vector in zip(batch, vectors, strict=True):
                     node.embedding = vector
                 progress.advance(task, len(batch))
-            index.insert_nodes(list(nodes))
+
+    def _write(self, progress: Progress, index: VectorStoreIndex,
+               nodes: Sequence[TextNode]) -> None:
+        task = progress.add_task("storing memories", total=len(nodes))
+        with self.timings.stage(f"storing {len(nodes)} memories"):
+            for start in range(0, len(nodes), WRITE_BATCH_SIZE):
+                batch = nodes[start:start + WRITE_BATCH_SIZE]
+                try:
+                    index.insert_nodes(list(batch))
+                except (Exception, KeyboardInterrupt) as error:
+                    done = _count_written(index, nodes, at_least=start)
+                    raise _partial(done, len(nodes), _reason(error)) from error
+                progress.advance(task, len(batch))
+
+
+def _stored(index: VectorStoreIndex, ids: Sequence[str]) -> dict[str, BaseNode]:
+    """The nodes among ``ids`` that the store already holds, by id."""
+    if not ids:
+        return {}
+    return {node.node_id: node for node in index.vector_store.get_nodes(node_ids=list(ids))}
+
+
+def _keep_old_metadata(node: TextNode, old: BaseNode) -> None:
+    """A re-added memory keeps what it was stored with (its key, its kind) unless given anew."""
+    node.metadata = {**old.metadata, **node.metadata}
+    node.excluded_embed_metadata_keys = list(node.metadata)
+    node.excluded_llm_metadata_keys = list(node.metadata)
+
+
+def _count_written(index: VectorStoreIndex, nodes: Sequence[TextNode], *, at_least: int) -> int:
+    """How many of ``nodes`` the store now holds as intended (recounted after a failure)."""
+    try:
+        stored = _stored(index, [node.node_id for node in nodes])
+    except Exception:  # the store itself is failing: the batches before are what we know
+        return at_least
+    return sum(1 for node in nodes
+               if node.node_id in stored and stored[node.node_id].metadata == node.metadata)
+
+
+def _partial(done: int, total: int, reason: str) -> PartialWriteError:
+    return PartialWriteError(
+        f"stored {done} of {total} memor{'y' if total == 1 else 'ies'}; {total - done} not "
+        f"stored: {reason}; rerun the same command to store the rest"
+    )
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, KeyboardInterrupt):
+        return "interrupted"
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
 def _threshold(args: argparse.Namespace) -> float:
@@ -344,7 +594,7 @@ def _llm(args: argparse.Namespace) -> LLM | None:
     """The chat LLM when an endpoint is configured and not switched off, else ``None``."""
     if args.no_llm or not os.environ.get(LLM_BASE_URL_ENV):
         return None
-    return openai_like_llm()
+    return openai_like_llm(timeout=args.llm_timeout, max_retries=LLM_RETRIES)
 
 
 def _memory_label(node: NodeWithScore) -> str:
@@ -357,23 +607,19 @@ def _shorten(text: str, width: int) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-@dataclass(frozen=True)
-class _Answer:
-    ranking: RecencyRanking
-    reply: str | None = None
-    reply_without_memory: str | None = None
+@contextmanager
+def _waiting(console: Console, what: str) -> Iterator[None]:
+    """A spinner with the elapsed time while the LLM thinks (on a terminal only)."""
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True,
+                  disable=not console.is_terminal) as progress:
+        progress.add_task(f"waiting for the LLM ({what})", total=None)
+        yield
 
 
-def _answer(
-    session: _Session,
-    index: VectorStoreIndex,
-    question: str,
-    postprocessor: RecencyBonusPostprocessor,
-    top_k: int,
-    llm: LLM | None,
-    compare: bool,
-) -> _Answer:
-    """One question through the timed stages: embed, Qdrant search, re-rank, chat (B, OFF)."""
+def _rank(session: _Session, index: VectorStoreIndex, question: str,
+          postprocessor: RecencyBonusPostprocessor, top_k: int) -> RecencyRanking:
+    """One question through the timed stages: embed, Qdrant search, re-rank."""
     timings = session.timings
     assert session.embed_model is not None, "open the store first"
     with timings.stage("question embedding"):
@@ -383,17 +629,25 @@ def _answer(
             QueryBundle(query_str=question, embedding=embedding)
         )
     with timings.stage("re-rank (bonus, sort, cutoff)"):
-        ranking = postprocessor.explain(candidates)
-    if llm is None:
-        return _Answer(ranking)
-    today = postprocessor.reference().date().isoformat()
-    with timings.stage("chat, B format"):
+        return postprocessor.explain(candidates)
+
+
+def _reply(session: _Session, llm: LLM, question: str, ranking: RecencyRanking,
+           today: str, compare: bool) -> Table:
+    """Ask the LLM in B format (and with no memory for ``compare``); the replies as a table."""
+    with session.timings.stage("chat, B format"), _waiting(session.console, "B format"):
         reply = _chat(llm, question, ranking.nodes, today)
+    replies = Table(show_header=True, expand=True)
     if not compare:
-        return _Answer(ranking, reply)
-    with timings.stage("chat, OFF (no memory)"):
+        replies.add_column("Reply (B format)")
+        replies.add_row(_literal(reply))
+        return replies
+    with session.timings.stage("chat, OFF (no memory)"), _waiting(session.console, "no memory"):
         without = _chat(llm, question, (), today)
-    return _Answer(ranking, reply, without)
+    replies.add_column("OFF (no memory)", ratio=1)
+    replies.add_column("B format", ratio=1)
+    replies.add_row(_literal(without), _literal(reply))
+    return replies
 
 
 def _chat(llm: LLM, question: str, memories: Sequence[NodeWithScore], today: str) -> str:
@@ -401,25 +655,30 @@ def _chat(llm: LLM, question: str, memories: Sequence[NodeWithScore], today: str
     synthesizer = MemoryResponseSynthesizer(
         llm=llm, text_qa_template=RETRIEVED_MEMORY_PROMPT.partial_format(today=today)
     )
-    return str(synthesizer.synthesize(question, list(memories)))
+    try:
+        return str(synthesizer.synthesize(question, list(memories)))
+    except Exception as error:  # whatever the endpoint did, say what and stop
+        raise LLMError(f"the LLM at {getattr(llm, 'api_base', '?')} failed: "
+                       f"{_llm_reason(error, getattr(llm, 'timeout', None))}") from error
 
 
-def _print_answer(console: Console, title: str, answer: _Answer) -> None:
-    console.print(_ranking_table(title, answer.ranking))
-    if answer.reply is None:
-        return
-    replies = Table(show_header=True, expand=True)
-    if answer.reply_without_memory is not None:
-        replies.add_column("OFF (no memory)", ratio=1)
-        replies.add_column("B format", ratio=1)
-        replies.add_row(answer.reply_without_memory, answer.reply)
-    else:
-        replies.add_column("Reply (B format)")
-        replies.add_row(answer.reply)
-    console.print(replies)
+def _llm_reason(error: Exception, timeout: float | None) -> str:
+    """What went wrong with an LLM call, in a few words."""
+    import openai
+
+    attempts = f"(after {LLM_RETRIES + 1} attempts)"
+    if isinstance(error, openai.APIStatusError):
+        body = error.body if isinstance(error.body, dict) else {}
+        detail = body.get("message") or error.response.reason_phrase
+        return f"HTTP {error.status_code} {detail} {attempts}"
+    if isinstance(error, openai.APITimeoutError):
+        return f"no answer within {timeout:g} s {attempts}"
+    if isinstance(error, openai.APIConnectionError):
+        return f"cannot connect: {error.__cause__ or error} {attempts}"
+    return f"unreadable answer ({_reason(error)})"
 
 
-def _ranking_table(title: str, ranking: RecencyRanking) -> Table:
+def _ranking_table(title: Text, ranking: RecencyRanking) -> Table:
     table = Table(title=title, title_justify="left", caption_justify="left")
     table.add_column("Memory", overflow="fold")
     for column in ("Raw cosine", "Bonus", "Final"):
@@ -427,12 +686,13 @@ def _ranking_table(title: str, ranking: RecencyRanking) -> Table:
     table.add_column("Verdict")
     for row in ranking.rows:
         style = "bold green" if row.kept else "dim"
-        table.add_row(row.text, f"{row.raw:.3f}", f"+{row.bonus:.3f}", f"{row.final:.3f}",
-                      row.reason, style=style)
+        table.add_row(_literal(row.text), f"{row.raw:.3f}", f"+{row.bonus:.3f}",
+                      f"{row.final:.3f}", _literal(row.reason), style=style)
     if ranking.nodes:
-        table.caption = "→ into the prompt: " + ", ".join(_memory_label(n) for n in ranking.nodes)
+        table.caption = _literal("→ into the prompt: "
+                                 + ", ".join(_memory_label(n) for n in ranking.nodes))
     else:
-        table.caption = "→ no memory enters the prompt"
+        table.caption = Text("→ no memory enters the prompt")
     return table
 
 
@@ -442,10 +702,18 @@ def _postprocessor(args: argparse.Namespace, today: Any) -> RecencyBonusPostproc
     )
 
 
-def _llm_line(llm: LLM | None) -> str:
+def _llm_line(llm: LLM | None) -> Text:
     if llm is None:
-        return f"LLM: off (set {LLM_BASE_URL_ENV} to send the B-format prompt)"
-    return f"LLM: {getattr(llm, 'model', '?')} at {getattr(llm, 'api_base', '?')}"
+        return Text(f"LLM: off (set {LLM_BASE_URL_ENV} to send the B-format prompt)")
+    return _literal(f"LLM: {getattr(llm, 'model', '?')} at {getattr(llm, 'api_base', '?')}")
+
+
+def _summary(written: _Written, location: _Location, total: int) -> Text:
+    """``stored 1 new memory, 2 already stored (3 in total) in DIR``."""
+    line = f"stored {written.new} new memor{'y' if written.new == 1 else 'ies'}"
+    if written.already:
+        line += f", {written.already} already stored"
+    return _literal(f"{line} ({total} in total) in {location}")
 
 
 # --- subcommands ------------------------------------------------------------------------
@@ -464,42 +732,45 @@ def _demo(args: argparse.Namespace, session: _Session) -> int:
     )
     console.print(_llm_line(llm))
     questions = _select(example_questions(), args.question_ids)
-    with session.store(args.model, None) as index:
+    today = EXAMPLE_REFERENCE_DATE.isoformat()
+    with session.store(args.model, _Location(None, None), writes=True) as index:
         session.insert(index, example_memories())
         for question in questions:
-            answer = _answer(session, index, question.text, postprocessor, args.top_k, llm,
-                             args.compare)
-            _print_answer(console, f"{question.id} ({question.kind}): {question.text}", answer)
+            ranking = _rank(session, index, question.text, postprocessor, args.top_k)
+            title = f"{question.id} ({question.kind}): {question.text}"
+            console.print(_ranking_table(_literal(title), ranking))
+            if llm is not None:
+                console.print(_reply(session, llm, question.text, ranking, today, args.compare))
     console.print(session.timings.table())
     return 0
 
 
 def _calibrate(args: argparse.Namespace, session: _Session) -> int:
-    """The four-candidate pass (or any grid) on the bundled data or a labelled local store."""
+    """The four-candidate pass (or any grid) on the bundled data or a labelled store."""
     console = session.console
-    if args.store is not None and args.questions is None:
-        console.print("[red]calibrating a store needs --questions with labelled questions[/]")
-        return 2
-    bundled = args.store is None
+    bundled = args.store is None and args.url is None
+    if not bundled and args.questions is None:
+        raise CommandError("calibrating a store needs --questions with labelled questions")
     questions = _load_questions(args.questions) if args.questions else example_questions()
     questions = _select(questions, args.question_ids)
     today = args.today or (EXAMPLE_REFERENCE_DATE if bundled else None)
     policy = RecencyPolicy(weight=args.weight, tau_days=args.tau_days,
                            threshold=_threshold(args), reference_date=today)
-    with session.store(args.model, args.store) as index:
+    location = _Location.of(args, None)
+    with session.store(args.model, location, writes=bundled) as index:
         if bundled:
             session.insert(index, example_memories())
         with session.timings.stage(f"retrieving top {args.top_k} for {len(questions)} questions"):
             retrieved = retrieve_candidates(index.as_retriever(similarity_top_k=args.top_k),
                                             questions)
-    source = "bundled memories" if bundled else str(args.store)
-    console.print(f"[bold]calibration[/] on {source}: model={args.model}, today="
-                  f"{policy.reference().date()}, {len(questions)} questions, top {args.top_k}")
+    source = "bundled memories" if bundled else str(location)
+    console.print(_literal(f"calibration on {source}: model={args.model}, today="
+                           f"{policy.reference().date()}, {len(questions)} questions, "
+                           f"top {args.top_k}"))
     try:
         return _report_calibration(console, retrieved, policy, args)
     except ValueError as error:  # labels that cannot be calibrated on
-        console.print(f"[red]{error}[/]")
-        return 2
+        raise CommandError(str(error)) from error
     finally:
         console.print(session.timings.table())
 
@@ -511,101 +782,178 @@ def _report_calibration(console: Console, retrieved: list[RetrievedCandidates],
         fit = fit_threshold(retrieved, policy)
         console.print(_fit_table(fit))
         if fit.threshold is None:
-            console.print("[red]No threshold separates the targets from the hit-free max; "
-                          f"running the grid at {policy.threshold:g}.[/]")
+            console.print(Text("No threshold separates the targets from the hit-free max; "
+                               f"running the grid at {policy.threshold:g}.", style="red"))
         else:
             policy = policy.model_copy(update={"threshold": fit.threshold})
     result = calibrate(retrieved, policy, args.grid or SEED_GRID)
     console.print(_calibration_table(result))
-    console.print(("[bold green]" if result.adopted else "[bold red]") + result.summary() + "[/]")
+    console.print(Text(result.summary(), style="bold green" if result.adopted else "bold red"))
     return 0 if result.adopted else 1
 
 
 def _add(args: argparse.Namespace, session: _Session) -> int:
-    """Store one memory (FACT) or a JSON file of them, with a progress bar."""
+    """Store one memory (FACT) or a JSON file of them."""
     if (args.fact is None) == (args.file is None):
-        session.console.print("[red]give either a FACT or --file[/]")
-        return 2
+        raise CommandError("give either a FACT or --file")
     if args.file is not None:
-        data = json.loads(args.file.read_text("utf-8"))
-        user_name = args.user_name or data.get("user_name")
-        nodes = [
-            memory_node(item["fact"], item["date"], user_name=user_name,
-                        metadata={DEFAULT_KEY: item["key"]} if item.get("key") else None)
-            for item in data["memories"]
-        ]
+        nodes = _file_memories(args.file, args.user_name)
     else:
-        nodes = [memory_node(args.fact, args.date or date.today(), user_name=args.user_name,
-                             metadata={DEFAULT_KEY: args.key} if args.key else None)]
-    path = args.store or default_store_path()
-    with session.store(args.model, path) as index:
-        session.insert(index, nodes)
-        total = index.vector_store.client.count(index.vector_store.collection_name).count
-    session.console.print(f"stored {len(nodes)} memor{'y' if len(nodes) == 1 else 'ies'} "
-                          f"in {path} ({total} in total)")
+        nodes = [_memory(args.fact, args.date or date.today(), args.key, args.user_name,
+                         "the memory")]
+    location = _Location.of(args, default_store_path())
+    with session.store(args.model, location, writes=True) as index:
+        written = session.insert(index, nodes)
+        total = count_memories(index)
+    for text, old, new in written.replaced_keys:
+        session.console.print(_literal(f"replaced the key of {text!r}: {old or '(none)'} → {new}"))
+    session.console.print(_summary(written, location, total))
     return 0
 
 
 def _remember(args: argparse.Namespace, session: _Session) -> int:
     """Extract durable facts from a transcript with the LLM and store them."""
+    turns = _transcript(args.transcript)
     if not os.environ.get(LLM_BASE_URL_ENV):
-        session.console.print(f"[red]remember needs an LLM: set {LLM_BASE_URL_ENV}[/]")
-        return 2
-    path = args.store or default_store_path()
-    with session.store(args.model, path) as index:
-        stored = remember_transcript(args.transcript, index, openai_like_llm(),
-                                     memory_date=args.date, user_name=args.user_name)
+        raise CommandError(f"remember needs an LLM: set {LLM_BASE_URL_ENV}")
+    llm = openai_like_llm(timeout=args.llm_timeout, max_retries=LLM_RETRIES)
+    location = _Location.of(args, default_store_path())
+    with session.store(args.model, location, writes=True) as index:
+        before = count_memories(index)
+        with session.timings.stage("extraction (LLM) and storing"), \
+                _waiting(session.console, "extracting memories"):
+            stored = remember(turns, index, llm, memory_date=args.date, user_name=args.user_name)
+        total = count_memories(index)
     for node in stored:
-        session.console.print(node.get_content(), highlight=False)
-    session.console.print(f"stored {len(stored)} memor{'y' if len(stored) == 1 else 'ies'} "
-                          f"in {path}")
+        session.console.print(_literal(node.get_content()))
+    new = total - before
+    session.console.print(_summary(_Written(new, len(stored) - new), location, total))
     return 0
 
 
 def _ask(args: argparse.Namespace, session: _Session) -> int:
-    """Rank the store's memories for one question, optionally asking the LLM."""
-    path = args.store or default_store_path()
+    """Rank the store's memories for one question, then (optionally) ask the LLM."""
     postprocessor = _postprocessor(args, args.today)
     llm = _llm(args)
     session.console.print(_llm_line(llm))
-    with session.store(args.model, path) as index:
-        if not _has_memories(index):
-            session.console.print(f"[red]no memories stored in {path}; add some first[/]")
-            return 1
-        answer = _answer(session, index, args.question, postprocessor, args.top_k, llm,
-                         args.compare)
-    _print_answer(session.console, args.question, answer)
+    location = _Location.of(args, default_store_path())
+    with session.store(args.model, location, writes=False) as index:
+        if count_memories(index) == 0:
+            raise CommandError(f"no memories stored in {location}; add some first", 1)
+        ranking = _rank(session, index, args.question, postprocessor, args.top_k)
+    session.console.print(_ranking_table(_literal(args.question), ranking))
+    if llm is not None:  # the table above stays on screen if the LLM fails
+        today = postprocessor.reference().date().isoformat()
+        session.console.print(_reply(session, llm, args.question, ranking, today, args.compare))
     session.console.print(session.timings.table())
     return 0
 
 
 def _list(args: argparse.Namespace, session: _Session) -> int:
-    """Print the store's memories, oldest first."""
-    path = args.store or default_store_path()
-    client, _ = qdrant_clients(path=str(path))  # listing needs no embedding model
-    assert client is not None
+    """Print the store's memories, oldest first; needs no embedding model."""
+    location = _Location.of(args, default_store_path())
+    if location.path is not None:
+        check_memory_store(str(location.path), must_exist=True)
+    index = location.open(None)
     try:
-        exists = client.collection_exists(DEFAULT_COLLECTION)
-        nodes = (QdrantVectorStore(collection_name=DEFAULT_COLLECTION, client=client).get_nodes()
-                 if exists else [])
+        nodes = get_memories(index)
     finally:
-        client.close()
+        close_memory_index(index)
     if not nodes:
-        session.console.print(f"no memories stored in {path}")
+        session.console.print(_literal(f"no memories stored in {location}"))
         return 0
-    table = Table(title=f"{len(nodes)} memories in {path}", title_justify="left")
+    table = Table(title=_literal(f"{len(nodes)} memories in {location}"), title_justify="left")
     table.add_column("Date")
     table.add_column("Key")
     table.add_column("Memory", overflow="fold")
     table.add_column("Id", overflow="fold")
     for node in sorted(nodes, key=lambda n: str(n.metadata.get("date", ""))):
-        table.add_row(str(node.metadata.get("date", "")), str(node.metadata.get(DEFAULT_KEY, "")),
-                      node.get_content(), node.node_id)
+        table.add_row(_literal(str(node.metadata.get("date", ""))),
+                      _literal(str(node.metadata.get(DEFAULT_KEY, ""))),
+                      _literal(node.get_content()), node.node_id)
     session.console.print(table)
     return 0
 
 
-# --- helpers for the subcommands --------------------------------------------------------
+# --- input files ------------------------------------------------------------------------
+
+
+def _read_text(path: Path, what: str) -> str:
+    """A UTF-8 text file (a leading BOM is skipped), or a one-line error naming the problem."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CommandError(f"{what} {path} does not exist") from None
+    except OSError as error:
+        raise CommandError(f"cannot read {what} {path}: {error.strerror}") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise CommandError(f"{what} {path} is not UTF-8 text (byte 0x{data[error.start]:02x} at "
+                           f"offset {error.start}); save it as UTF-8") from None
+    if "\x00" in text:
+        raise CommandError(f"{what} {path} is a binary file, not text")
+    return text
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(_read_text(path, what))
+    except json.JSONDecodeError as error:
+        raise CommandError(f"{what} {path} is not valid JSON: {error.msg} at line "
+                           f"{error.lineno} column {error.colno}") from None
+
+
+def _file_memories(path: Path, user_name: str | None) -> list[TextNode]:
+    """Every memory of an ``add --file`` JSON file, all validated before anything is stored."""
+    data = _read_json(path, "memory file")
+    if not isinstance(data, dict) or not isinstance(data.get("memories"), list):
+        raise CommandError(f'memory file {path}: expected a JSON object with a "memories" list, '
+                           f"got {_json_kind(data)}")
+    user_name = user_name or data.get("user_name")
+    if user_name is not None and not isinstance(user_name, str):
+        raise CommandError(f'memory file {path}: "user_name" must be a string, got '
+                           f"{json.dumps(user_name)}")
+    return [_file_memory(item, f"memory file {path}, memory {number}", user_name)
+            for number, item in enumerate(data["memories"], start=1)]
+
+
+def _file_memory(item: Any, where: str, user_name: str | None) -> TextNode:
+    if not isinstance(item, dict):
+        raise CommandError(f"{where}: expected an object, got {_json_kind(item)}")
+    for name, example in (("fact", "The user likes tea."), ("date", "2026-09-01")):
+        if name not in item:
+            raise CommandError(f'{where}: no "{name}" (e.g. "{name}": "{example}")')
+        if not isinstance(item[name], str):
+            raise CommandError(f'{where}: "{name}" must be a string like "{example}", got '
+                               f"{json.dumps(item[name])}")
+    key = item.get("key")
+    if key is not None and not isinstance(key, str):
+        raise CommandError(f'{where}: "key" must be a string, got {json.dumps(key)}')
+    return _memory(item["fact"], item["date"], key, user_name, where)
+
+
+def _memory(fact: str, day: date | str, key: str | None, user_name: str | None,
+            where: str) -> TextNode:
+    try:
+        return memory_node(fact, day, user_name=user_name,
+                           metadata={DEFAULT_KEY: key} if key else None)
+    except (ValueError, OverflowError) as error:
+        raise CommandError(f"{where}: {error}") from None
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def _transcript(path: Path) -> list[Turn]:
+    """The turns of a transcript file, or a one-line error naming the file and the line."""
+    try:
+        return parse_transcript(_read_text(path, "transcript"))
+    except ValueError as error:
+        raise CommandError(f"transcript {path}: {error}") from None
 
 
 def _select(
@@ -615,24 +963,22 @@ def _select(
         return questions
     unknown = sorted(set(ids) - {q.id for q in questions})
     if unknown:
-        raise SystemExit(f"unknown question ids: {', '.join(unknown)}")
+        raise CommandError(f"unknown question ids: {', '.join(unknown)}")
     return [q for q in questions if q.id in ids]
 
 
 def _load_questions(path: Path) -> list[ExampleQuestion]:
     """Labelled questions from JSON: ``{"questions": [{"id", "text", "targets"}]}``."""
-    items = json.loads(path.read_text("utf-8"))["questions"]
-    return [
-        ExampleQuestion(q["id"], q.get("kind") or ("hit" if q["targets"] else "hit_free"),
-                        q["text"], tuple(q["targets"]))
-        for q in items
-    ]
-
-
-def _has_memories(index: VectorStoreIndex) -> bool:
-    """Whether the collection (which ``open_memory_index`` always creates) holds any point."""
-    store = index.vector_store
-    return store.client.count(store.collection_name).count > 0
+    data = _read_json(path, "questions file")
+    try:
+        return [
+            ExampleQuestion(q["id"], q.get("kind") or ("hit" if q["targets"] else "hit_free"),
+                            q["text"], tuple(q["targets"]))
+            for q in data["questions"]
+        ]
+    except (KeyError, TypeError, AttributeError) as error:
+        raise CommandError(f'questions file {path}: expected {{"questions": [{{"id", "text", '
+                           f'"targets"}}]}} ({_reason(error)})') from None
 
 
 def _calibration_table(result: Calibration) -> Table:
@@ -646,12 +992,12 @@ def _calibration_table(result: Calibration) -> Table:
     table.add_row(f"({letter}) hit-free max", *(
         _cell(f"{row.hit_free.final:.3f}", letter in row.failed) for row in result.results
     ))
-    table.add_row("    where", *(f"{row.hit_free.question_id} {row.hit_free.key}"
+    table.add_row("    where", *(_literal(f"{row.hit_free.question_id} {row.hit_free.key}")
                                for row in result.results), style="dim")
     table.add_row("    headroom", *(f"{row.headroom:.3f}" for row in result.results), style="dim")
     for index, (letter, _) in enumerate(result.conditions[1:]):
         label = result.results[0].targets[index].label
-        table.add_row(f"({letter}) {label}", *(
+        table.add_row(_literal(f"({letter}) {label}"), *(
             _cell(format_score(row.targets[index].final, result.top_k), letter in row.failed)
             for row in result.results
         ))
@@ -662,8 +1008,8 @@ def _calibration_table(result: Calibration) -> Table:
     return table
 
 
-def _cell(text: str, failed: bool, style: str = "") -> str:
-    return f"[red]{text}[/]" if failed else (f"[{style}]{text}[/]" if style else text)
+def _cell(text: str, failed: bool, style: str = "") -> Text:
+    return _literal(text, "red" if failed else style)
 
 
 def _fit_table(fit: ThresholdFit) -> Table:
@@ -671,7 +1017,7 @@ def _fit_table(fit: ThresholdFit) -> Table:
     table.add_column("Item")
     table.add_column("Value", overflow="fold")
     for item, value in fit.rows():
-        table.add_row(item, value)
+        table.add_row(item, _literal(value))
     return table
 
 
