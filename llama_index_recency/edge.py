@@ -1,7 +1,7 @@
 """LlamaIndex vector store over a Qdrant Edge shard: Qdrant's in-process engine, kept at a path.
 
-Nodes are stored exactly as ``QdrantVectorStore`` stores them (same payload, same vector
-name), so a point copied from a qdrant-client collection reads back as the same node.
+Nodes are stored exactly as ``QdrantVectorStore`` stores them (same payload, one unnamed
+cosine vector), so a point copied from a qdrant-client collection reads back as the same node.
 """
 
 from __future__ import annotations
@@ -31,9 +31,6 @@ from llama_index.core.vector_stores.utils import (
 from pydantic_core import PydanticSerializationError
 
 from llama_index_recency.filters import to_edge_filter
-
-DENSE_VECTOR_NAME = "text-dense"
-"""The vector's name, as ``QdrantVectorStore`` names it in a new collection."""
 
 METADATA_FILE = "collection_metadata.json"
 """Collection metadata, JSON, kept inside the shard directory (Edge ignores foreign files)."""
@@ -82,9 +79,6 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
     date_key: Optional[str] = Field(
         default="date",
         description="Payload key given a datetime index, for date-range filters; None for none.",
-    )
-    dense_vector_name: str = Field(
-        default=DENSE_VECTOR_NAME, description="Name of the dense vector in each point."
     )
 
     _shard: Optional[edge.EdgeShard] = PrivateAttr(default=None)
@@ -154,8 +148,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         if node_ids is None and (filters is None or not filters.filters):
             raise ValueError("delete_nodes needs node_ids or filters; clear() deletes everything")
         shard = self._require_open()
+        selection = self._selection(node_ids, filters)
         if shard is not None and node_ids != []:
-            selection = self._selection(node_ids, filters)
             shard.update(edge.UpdateOperation.delete_points_by_filter(selection))
 
     def get_nodes(
@@ -166,9 +160,10 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         """Nodes with these ids and/or matching ``filters`` (neither: all), embeddings
         included (unit-normalised, as Qdrant keeps cosine vectors)."""
         shard = self._require_open()
+        selection = self._selection(node_ids, filters)
         if shard is None or node_ids == []:
             return []
-        records = self._scroll(shard, self._selection(node_ids, filters), with_vector=True)
+        records = self._scroll(shard, selection, with_vector=True)
         return [self._node(record) for record in records]
 
     def clear(self) -> None:
@@ -191,9 +186,9 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
     def count(self, filters: Optional[MetadataFilters] = None) -> int:
         """How many nodes match ``filters`` (all nodes without), counted exactly."""
         shard = self._require_open()
+        selection = to_edge_filter(filters) if filters is not None and filters.filters else None
         if shard is None:
             return 0
-        selection = to_edge_filter(filters) if filters is not None and filters.filters else None
         return shard.count(edge.CountRequest(exact=True, filter=selection))
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
@@ -204,15 +199,14 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         if query.query_embedding is None:
             raise ValueError("the query has no query_embedding")
         shard = self._require_open()
+        selection = self._query_filter(query)
         if shard is None:
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
         points = shard.query(
             edge.QueryRequest(
                 limit=query.similarity_top_k,
-                query=edge.Query.Nearest(
-                    [float(x) for x in query.query_embedding], using=self.dense_vector_name
-                ),
-                filter=self._query_filter(query),
+                query=edge.Query.Nearest([float(x) for x in query.query_embedding]),
+                filter=selection,
                 with_payload=True,
                 params=edge.SearchParams(exact=True),
             )
@@ -231,7 +225,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         if shard is None:
             return
         for record in self._scroll(shard, None, with_vector=True, batch_size=batch_size):
-            yield str(record.id), list(record.vector[self.dense_vector_name]), record.payload
+            yield str(record.id), record.vector, record.payload
 
     def upsert_points(self, points: Sequence[tuple[str, list[float], dict]]) -> None:
         """Write ``(id, vector, payload)`` points as given (ids must be UUIDs)."""
@@ -308,7 +302,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             ) from None
 
     def _create(self, size: int) -> edge.EdgeShard:
-        vectors = {self.dense_vector_name: edge.EdgeVectorParams(size, edge.Distance.Cosine)}
+        vectors = edge.EdgeVectorParams(size, edge.Distance.Cosine)  # unnamed, as QdrantVectorStore
         self._shard = self._locked(edge.EdgeShard.create, self.path, edge.EdgeConfig(vectors))
         self.dimensions = size
         self._ensure_indexes()
@@ -329,10 +323,10 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
     def _stored_vector_size(self) -> int:
         with open(os.path.join(self.path, _EDGE_CONFIG_FILE), encoding="utf-8") as file:
             vectors = json.load(file).get("vectors", {})
-        if self.dense_vector_name not in vectors:
+        if "" not in vectors:
             self.close()
-            raise ValueError(f"the shard at {self.path} has no {self.dense_vector_name!r} vector")
-        return int(vectors[self.dense_vector_name]["size"])
+            raise ValueError(f"the shard at {self.path} has no unnamed vector")
+        return int(vectors[""]["size"])
 
     def _point(self, node: BaseNode) -> tuple[str, list[float], dict[str, Any]]:
         point_id = _point_id(node.node_id)
@@ -360,7 +354,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
                 )
         for start in range(0, len(points), _BATCH):
             batch = [
-                edge.Point(point_id, {self.dense_vector_name: [float(x) for x in vector]}, payload)
+                edge.Point(point_id, [float(x) for x in vector], payload)
                 for point_id, vector, payload in points[start : start + _BATCH]
             ]
             shard.update(edge.UpdateOperation.upsert_points(batch))
@@ -412,8 +406,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
     def _node(self, point: Any) -> BaseNode:
         """A stored point as its node, the way ``QdrantVectorStore.parse_to_query_result`` does."""
         payload = point.payload or {}
-        vectors = point.vector or {}
-        embedding = vectors.get(self.dense_vector_name)
+        embedding = point.vector
         try:
             node = metadata_dict_to_node(payload)
         except Exception:

@@ -1,0 +1,473 @@
+"""QdrantEdgeVectorStore on a real Edge shard: LlamaIndex's expectations, exactness, durability."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
+from llama_index.core.vector_stores.types import (
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+    VectorStoreQuery,
+    VectorStoreQueryMode,
+)
+from llama_index.vector_stores.qdrant import QdrantVectorStore
+from qdrant_client import QdrantClient
+
+from llama_index_recency.edge import METADATA_FILE, MemoryStoreLockedError, QdrantEdgeVectorStore
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def shard_path(tmp_path: Path) -> Path:
+    return tmp_path / "shard"
+
+
+@pytest.fixture
+def store(shard_path: Path) -> Iterator[QdrantEdgeVectorStore]:
+    store = QdrantEdgeVectorStore(shard_path)
+    yield store
+    store.close()
+
+
+def node_id(i: int) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"node-{i}"))
+
+
+def unit(vector: list[float]) -> list[float]:
+    return list(np.asarray(vector) / np.linalg.norm(vector))
+
+
+def rich_node() -> TextNode:
+    return TextNode(
+        id_=node_id(0),
+        text="2026-08-01: Taro visited Nagano. 長野",
+        metadata={"date": "2026-08-01", "user_id": "taro", "tags": ["trip", "旅"],
+                  "nested": {"a": [1, 2.5, None], "b": True}, "rating": 4.5},
+        excluded_embed_metadata_keys=["date"],
+        excluded_llm_metadata_keys=["date", "user_id"],
+        relationships={
+            NodeRelationship.SOURCE: RelatedNodeInfo(node_id="doc-1", metadata={"k": "v"}),
+            NodeRelationship.NEXT: RelatedNodeInfo(node_id=node_id(1)),
+        },
+        start_char_idx=3,
+        end_char_idx=40,
+        embedding=[3.0, 0.0, 4.0],
+    )
+
+
+def without_embedding(node: Any) -> Any:
+    return node.model_copy(update={"embedding": None})
+
+
+def test_a_node_round_trips_through_get_nodes_and_query(store: QdrantEdgeVectorStore) -> None:
+    node = rich_node()
+    assert store.add([node]) == [node.node_id]
+    (got,) = store.get_nodes()
+    assert without_embedding(got) == without_embedding(node)
+    assert got.embedding == pytest.approx([0.6, 0.0, 0.8])  # Qdrant keeps cosine vectors unit
+    assert got.ref_doc_id == "doc-1"
+    result = store.query(VectorStoreQuery(query_embedding=[1.0, 0.0, 0.0], similarity_top_k=5))
+    assert result.ids == [node.node_id]
+    assert result.similarities == pytest.approx([0.6])
+    assert result.nodes[0] == without_embedding(node)
+
+
+def test_payload_is_the_one_qdrant_vector_store_writes(store: QdrantEdgeVectorStore) -> None:
+    local = QdrantVectorStore(collection_name="c", client=QdrantClient(location=":memory:"))
+    local.add([rich_node()])
+    store.add([rich_node()])
+    (record,), _ = local.client.scroll("c", with_payload=True, with_vectors=True)
+    ((point_id, vector, payload),) = list(store.iter_points())
+    assert (point_id, payload) == (str(record.id), record.payload)
+    assert vector == pytest.approx(record.vector)
+
+
+def test_a_point_copied_from_a_qdrant_client_collection_reads_back_as_the_node(
+    store: QdrantEdgeVectorStore,
+) -> None:
+    local = QdrantVectorStore(collection_name="c", client=QdrantClient(location=":memory:"))
+    local.add([rich_node()])
+    (record,), _ = local.client.scroll("c", with_payload=True, with_vectors=True)
+    store.upsert_points([(str(record.id), record.vector, record.payload)])
+    (got,) = store.get_nodes()
+    assert without_embedding(got) == without_embedding(rich_node())
+
+
+def test_datetime_metadata_is_stored_as_iso_text_and_unserialisable_metadata_refused(
+    store: QdrantEdgeVectorStore,
+) -> None:
+    moment = datetime(2026, 8, 1, 9, 30, tzinfo=timezone.utc)
+    store.add([TextNode(id_=node_id(1), text="t", metadata={"at": moment}, embedding=[1.0, 0.0])])
+    assert store.get_nodes()[0].metadata == {"at": "2026-08-01T09:30:00Z"}
+    bad = TextNode(id_=node_id(2), text="t", metadata={"x": object()}, embedding=[1.0, 0.0])
+    with pytest.raises(ValueError, match=f"node {node_id(2)} has metadata that is not JSON"):
+        store.add([bad])
+    assert store.count() == 1
+
+
+def test_a_non_uuid_node_id_is_refused_by_name(store: QdrantEdgeVectorStore) -> None:
+    nodes = [TextNode(id_=node_id(1), text="ok", embedding=[1.0, 0.0]),
+             TextNode(id_="memory-42", text="bad", embedding=[1.0, 0.0])]
+    with pytest.raises(ValueError, match="node id 'memory-42' is not a UUID"):
+        store.add(nodes)
+    assert store.count() == 0  # nothing of the batch was written
+    with pytest.raises(ValueError, match="node id 'x' is not a UUID"):
+        store.get_nodes(node_ids=["x"])
+
+
+def random_store(store: QdrantEdgeVectorStore, n: int = 300, dim: int = 32, seed: int = 7):
+    """``n`` nodes with random vectors and varied metadata; returns (vectors, metadata list)."""
+    rng = np.random.default_rng(seed)
+    vectors = rng.normal(size=(n, dim))
+    words = ["apple", "pie", "banana", "train", "rain", "cat"]
+    metadata = []
+    for i in range(n):
+        row: dict[str, Any] = {}
+        if rng.random() < 0.8:
+            row["kind"] = str(rng.choice(["note", "task", "event"]))
+        if rng.random() < 0.8:
+            row["n"] = int(rng.integers(0, 10))
+        if rng.random() < 0.7:
+            row["score"] = float(rng.choice([0.5, 1.5, 2.5]))
+        if rng.random() < 0.8:
+            row["tags"] = [str(t) for t in rng.choice(["x", "y", "z"], rng.integers(0, 3), False)]
+        if rng.random() < 0.9:
+            row["date"] = f"2026-{rng.integers(6, 10):02d}-{rng.integers(1, 29):02d}"
+        if rng.random() < 0.8:
+            row["title"] = " ".join(rng.choice(words, 2)).capitalize()
+        metadata.append(row)
+    store.add([
+        TextNode(id_=node_id(i), text=f"node {i}", metadata=metadata[i],
+                 embedding=vectors[i].tolist(),
+                 relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=f"doc-{i % 7}")})
+        for i in range(n)
+    ])
+    return vectors, metadata
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, np.ndarray, list]]:
+    """One read-only store of ``random_store`` nodes, shared by the tests that only query."""
+    store = QdrantEdgeVectorStore(tmp_path_factory.mktemp("filled") / "shard")
+    vectors, metadata = random_store(store)
+    yield store, vectors, metadata
+    store.close()
+
+
+def exact_top(vectors: np.ndarray, query: np.ndarray, rows: list[int], k: int) -> list[int]:
+    matrix = vectors[rows]
+    cosines = matrix @ query / (np.linalg.norm(matrix, axis=1) * np.linalg.norm(query))
+    return [rows[i] for i in np.argsort(-cosines)[:k]]
+
+
+def test_query_ranks_by_exact_cosine(filled) -> None:
+    store, vectors, _ = filled
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        query = rng.normal(size=32)
+        result = store.query(VectorStoreQuery(query_embedding=query.tolist(), similarity_top_k=20))
+        expected = exact_top(vectors, query, list(range(len(vectors))), 20)
+        assert result.ids == [node_id(i) for i in expected]
+        cosines = vectors[expected] @ query / (np.linalg.norm(vectors[expected], axis=1)
+                                              * np.linalg.norm(query))
+        assert result.similarities == pytest.approx(cosines.tolist(), abs=1e-5)
+    assert store.client.info().indexed_vectors_count == 0  # plain segments: no HNSW, exact
+
+
+def values(row: dict[str, Any], key: str) -> list[Any]:
+    """Qdrant's view of a payload field: a list of its non-null values."""
+    value = row.get(key)
+    if value is None:
+        return []
+    return [v for v in value if v is not None] if isinstance(value, list) else [value]
+
+
+def instant(text: str) -> datetime:
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"\w+", text.lower()))
+
+
+def f(key: str, op: str, value: object) -> MetadataFilter:
+    return MetadataFilter(key=key, operator=FilterOperator(op), value=value)
+
+
+def group(*items: object, condition: str = "and") -> MetadataFilters:
+    return MetadataFilters(filters=list(items), condition=FilterCondition(condition))
+
+
+Row = dict[str, Any]
+REFERENCE_CASES: list[tuple[MetadataFilters, Callable[[Row], bool]]] = [
+    (group(f("kind", "==", "note")), lambda r: "note" in values(r, "kind")),
+    (group(f("score", "==", 1.5)), lambda r: 1.5 in values(r, "score")),
+    (group(f("kind", "!=", "note")), lambda r: any(v != "note" for v in values(r, "kind"))),
+    (group(f("score", "!=", 1.5)), lambda r: any(v != 1.5 for v in values(r, "score"))),
+    (group(f("n", ">", 4)), lambda r: any(v > 4 for v in values(r, "n"))),
+    (group(f("n", ">=", 4)), lambda r: any(v >= 4 for v in values(r, "n"))),
+    (group(f("score", "<", 1.5)), lambda r: any(v < 1.5 for v in values(r, "score"))),
+    (group(f("n", "<=", 4)), lambda r: any(v <= 4 for v in values(r, "n"))),
+    (group(f("date", ">=", "2026-08-01")),
+     lambda r: any(instant(v) >= instant("2026-08-01") for v in values(r, "date"))),
+    (group(f("date", "<", "2026-07-15T12:00:00Z")),
+     lambda r: any(instant(v) < instant("2026-07-15T12:00:00+00:00") for v in values(r, "date"))),
+    (group(f("kind", "in", ["task", "event"])),
+     lambda r: any(v in ("task", "event") for v in values(r, "kind"))),
+    (group(f("n", "nin", [1, 2, 3])), lambda r: any(v not in (1, 2, 3) for v in values(r, "n"))),
+    (group(f("score", "nin", [0.5, 2.5])),
+     lambda r: any(v not in (0.5, 2.5) for v in values(r, "score"))),
+    (group(f("tags", "contains", "y")), lambda r: "y" in values(r, "tags")),
+    (group(f("tags", "any", ["x", "z"])), lambda r: bool({"x", "z"} & set(values(r, "tags")))),
+    (group(f("tags", "all", ["x", "y"])), lambda r: {"x", "y"} <= set(values(r, "tags"))),
+    (group(f("title", "text_match", "apple pie")),
+     lambda r: any({"apple", "pie"} <= words(v) for v in values(r, "title"))),
+    (group(f("tags", "is_empty", None)), lambda r: not values(r, "tags")),
+    (group(f("kind", "==", "task"), f("n", ">", 5)),
+     lambda r: "task" in values(r, "kind") and any(v > 5 for v in values(r, "n"))),
+    (group(f("kind", "==", "task"), f("score", "==", 2.5), condition="or"),
+     lambda r: "task" in values(r, "kind") or 2.5 in values(r, "score")),
+    (group(f("kind", "==", "task"), f("tags", "is_empty", None), condition="not"),
+     lambda r: "task" not in values(r, "kind") and bool(values(r, "tags"))),
+    (group(f("kind", "==", "event"),
+           group(f("n", "<", 3), group(f("tags", "contains", "z"), condition="not"),
+                 condition="or")),
+     lambda r: "event" in values(r, "kind")
+     and (any(v < 3 for v in values(r, "n")) or "z" not in values(r, "tags"))),
+]
+
+
+@pytest.mark.parametrize(("filters", "predicate"), REFERENCE_CASES,
+                         ids=[str(i) for i in range(len(REFERENCE_CASES))])
+def test_filters_select_what_a_python_reference_selects(
+    filled, filters: MetadataFilters, predicate: Callable[[Row], bool]
+) -> None:
+    store, vectors, metadata = filled
+    expected = [i for i, row in enumerate(metadata) if predicate(row)]
+    assert 0 < len(expected) < len(metadata)  # the case discriminates
+    query = np.ones(32)
+    result = store.query(VectorStoreQuery(query_embedding=query.tolist(), similarity_top_k=10,
+                                          filters=filters))
+    assert result.ids == [node_id(i) for i in exact_top(vectors, query, expected, 10)]
+    assert store.count(filters) == len(expected)
+    assert sorted(n.node_id for n in store.get_nodes(filters=filters)) == sorted(
+        node_id(i) for i in expected)
+
+
+def test_query_restricts_to_doc_ids_and_node_ids(filled) -> None:
+    store, vectors, _ = filled
+    query = np.ones(32)
+    by_doc = store.query(VectorStoreQuery(query_embedding=query.tolist(), similarity_top_k=500,
+                                          doc_ids=["doc-2", "doc-5"]))
+    assert sorted(by_doc.ids) == sorted(node_id(i) for i in range(300) if i % 7 in (2, 5))
+    chosen = [3, 30, 299]
+    by_id = store.query(VectorStoreQuery(query_embedding=query.tolist(), similarity_top_k=10,
+                                         node_ids=[node_id(i) for i in chosen]))
+    assert by_id.ids == [node_id(i) for i in exact_top(vectors, query, chosen, 10)]
+
+
+def test_delete_by_ref_doc_id_by_node_ids_and_by_filter(store: QdrantEdgeVectorStore) -> None:
+    _, metadata = random_store(store)
+    store.delete("doc-3")
+    left = [i for i in range(300) if i % 7 != 3]
+    assert store.count() == len(left)
+    store.delete_nodes(node_ids=[node_id(left[0]), node_id(left[1])])
+    left = left[2:]
+    assert store.count() == len(left)
+    store.delete_nodes(filters=group(f("kind", "==", "note")))
+    left = [i for i in left if metadata[i].get("kind") != "note"]
+    assert sorted(n.node_id for n in store.get_nodes()) == sorted(node_id(i) for i in left)
+    task = next(i for i in left if metadata[i].get("kind") == "task")
+    event = next(i for i in left if metadata[i].get("kind") == "event")
+    store.delete_nodes(node_ids=[node_id(task), node_id(event)],
+                       filters=group(f("kind", "==", "task")))  # both must hold
+    assert store.count() == len(left) - 1
+    assert [n.node_id for n in store.get_nodes(node_ids=[node_id(task), node_id(event)])] == [
+        node_id(event)]
+    with pytest.raises(ValueError, match="delete_nodes needs node_ids or filters"):
+        store.delete_nodes()
+
+
+def test_clear_empties_the_store_and_keeps_it_usable(store: QdrantEdgeVectorStore) -> None:
+    random_store(store)
+    store.update_metadata({"model": "m"})
+    store.clear()
+    assert store.count() == 0
+    assert store.get_nodes() == []
+    assert store.metadata == {"model": "m"}
+    store.add([TextNode(id_=node_id(1), text="again", embedding=[0.0] * 31 + [1.0])])
+    assert store.count() == 1
+    with pytest.raises(ValueError, match="has a 2-dim vector; the store at .* holds 32-dim"):
+        store.add([TextNode(id_=node_id(2), text="again", embedding=[1.0, 0.0])])
+
+
+def test_reopen_after_close_keeps_everything(shard_path: Path) -> None:
+    store = QdrantEdgeVectorStore(shard_path)
+    vectors, _ = random_store(store)
+    store.update_metadata({"embedding": {"model": "m", "dimensions": 32}})
+    before = store.get_nodes()
+    store.close()
+    with pytest.raises(RuntimeError, match="is closed"):
+        store.count()
+    reopened = QdrantEdgeVectorStore(shard_path)
+    try:
+        assert reopened.dimensions == 32
+        assert reopened.get_nodes() == before
+        assert reopened.metadata == {"embedding": {"model": "m", "dimensions": 32}}
+        assert set(reopened.client.info().payload_schema) == {"date", "doc_id", "user_id"}
+        query = np.ones(32)
+        result = reopened.query(VectorStoreQuery(query_embedding=query.tolist(),
+                                                 similarity_top_k=5))
+        assert result.ids == [node_id(i) for i in exact_top(vectors, query, list(range(300)), 5)]
+    finally:
+        reopened.close()
+    with pytest.raises(ValueError, match="holds 32-dim vectors, not 8-dim"):
+        QdrantEdgeVectorStore(shard_path, dimensions=8)
+
+
+def test_dimensions_creates_the_shard_at_once_and_date_key_is_indexed(shard_path: Path) -> None:
+    store = QdrantEdgeVectorStore(shard_path, dimensions=4, date_key="when")
+    try:
+        assert store.count() == 0
+        schema = store.client.info().payload_schema
+        assert {key: str(info.data_type) for key, info in schema.items()} == {
+            "when": "PayloadSchemaType.Datetime", "doc_id": "PayloadSchemaType.Keyword",
+            "user_id": "PayloadSchemaType.Keyword"}
+    finally:
+        store.close()
+    lazy = QdrantEdgeVectorStore(shard_path.parent / "lazy", date_key=None)
+    assert (lazy.client, lazy.dimensions, lazy.count(), lazy.get_nodes()) == (None, None, 0, [])
+    lazy.close()
+
+
+def test_metadata_record_round_trips_atomically_inside_the_shard(shard_path: Path) -> None:
+    store = QdrantEdgeVectorStore(shard_path)
+    store.update_metadata({"embedding": {"model": "m", "dimensions": 2}})
+    store.update_metadata({"policy": {"weight": 0.05}})  # merged, not replaced
+    store.add([TextNode(id_=node_id(1), text="t", embedding=[1.0, 0.0])])  # shard beside it
+    snapshot = store.metadata
+    snapshot["embedding"]["model"] = "changed"  # a copy: the record is untouched
+    assert store.metadata == {"embedding": {"model": "m", "dimensions": 2},
+                              "policy": {"weight": 0.05}}
+    with pytest.raises(ValueError, match="collection metadata must be JSON"):
+        store.update_metadata({"when": datetime(2026, 1, 1)})
+    assert sorted(os.listdir(shard_path)) == sorted(
+        ["edge_config.json", METADATA_FILE, "segments", "wal"])
+    store.close()
+    reopened = QdrantEdgeVectorStore(shard_path)
+    assert reopened.metadata["policy"] == {"weight": 0.05}
+    assert reopened.count() == 1
+    reopened.close()
+
+
+def test_a_directory_holding_something_else_is_refused(tmp_path: Path) -> None:
+    QdrantClient(path=str(tmp_path / "local")).close()  # a qdrant-client local-mode store
+    with pytest.raises(ValueError, match="local is not a Qdrant Edge shard but holds"):
+        QdrantEdgeVectorStore(tmp_path / "local")
+
+
+def test_only_dense_queries_with_an_embedding_are_accepted(store: QdrantEdgeVectorStore) -> None:
+    with pytest.raises(ValueError, match="dense queries only"):
+        store.query(VectorStoreQuery(query_embedding=[1.0], mode=VectorStoreQueryMode.HYBRID))
+    with pytest.raises(ValueError, match="no query_embedding"):
+        store.query(VectorStoreQuery(query_str="hello"))
+
+
+def test_iter_points_and_upsert_points_copy_a_store(store: QdrantEdgeVectorStore,
+                                                     tmp_path: Path) -> None:
+    random_store(store)
+    copy = QdrantEdgeVectorStore(tmp_path / "copy")
+    try:
+        points = list(store.iter_points(batch_size=64))
+        assert len(points) == 300 and len({p[0] for p in points}) == 300
+        copy.upsert_points(points)
+        copy.upsert_points(points)  # idempotent
+        assert copy.get_nodes() == store.get_nodes()
+    finally:
+        copy.close()
+
+
+async def test_async_methods_give_the_same_answers(store: QdrantEdgeVectorStore) -> None:
+    nodes = [TextNode(id_=node_id(i), text=f"n{i}", embedding=[1.0, float(i)],
+                      metadata={"n": i},
+                      relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=f"d{i % 2}")})
+             for i in range(6)]
+    assert await store.async_add(nodes) == [n.node_id for n in nodes]
+    query = VectorStoreQuery(query_embedding=[1.0, 2.0], similarity_top_k=3,
+                             filters=group(f("n", ">", 0)))
+    assert (await store.aquery(query)).ids == store.query(query).ids == [
+        node_id(2), node_id(3), node_id(4)]  # cosines 1.000, 0.990, 0.976
+    assert await store.aget_nodes(node_ids=[node_id(4)]) == store.get_nodes(node_ids=[node_id(4)])
+    await store.adelete("d0")
+    assert sorted(n.node_id for n in await store.aget_nodes()) == sorted(
+        node_id(i) for i in (1, 3, 5))
+    await store.adelete_nodes(node_ids=[node_id(1)])
+    assert store.count() == 2
+    await store.aclear()
+    assert store.count() == 0
+
+
+def run_child(code: str, **kwargs: Any) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO,
+                            text=True, **kwargs)
+
+
+def test_writes_survive_kill_9_without_flush_or_close(shard_path: Path) -> None:
+    child = run_child(f"""
+        import os, uuid
+        from llama_index.core.schema import TextNode
+        from llama_index_recency.edge import QdrantEdgeVectorStore
+        store = QdrantEdgeVectorStore({str(shard_path)!r})
+        for i in range(120):
+            node_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"node-{{i}}"))
+            store.add([TextNode(id_=node_id, text=f"memory {{i}}", embedding=[1.0, float(i)])])
+        os.kill(os.getpid(), 9)
+    """)
+    assert child.wait(timeout=120) == -9
+    store = QdrantEdgeVectorStore(shard_path)
+    try:
+        assert store.count() == 120
+        assert sorted(n.node_id for n in store.get_nodes()) == sorted(
+            node_id(i) for i in range(120))
+    finally:
+        store.close()
+
+
+def test_a_shard_held_elsewhere_raises_memory_store_locked_error(shard_path: Path) -> None:
+    QdrantEdgeVectorStore(shard_path, dimensions=2).close()
+    holder = run_child(f"""
+        import sys
+        from llama_index_recency.edge import QdrantEdgeVectorStore
+        store = QdrantEdgeVectorStore({str(shard_path)!r})
+        print("holding", flush=True)
+        sys.stdin.read()
+    """, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == "holding\n"
+        with pytest.raises(MemoryStoreLockedError) as error:
+            QdrantEdgeVectorStore(shard_path)
+        assert str(error.value) == (
+            f"the store at {shard_path} is already open in another process or handle")
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    store = QdrantEdgeVectorStore(shard_path)  # released with the process
+    with pytest.raises(MemoryStoreLockedError):
+        QdrantEdgeVectorStore(shard_path)  # a second handle in this process
+    store.close()
