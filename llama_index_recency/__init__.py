@@ -44,7 +44,17 @@ from llama_index_recency.scoring import (
     RecencyPolicy,
     RecencyRanking,
 )
-from llama_index_recency.store import MemoryStoreLockedError, open_memory_index
+from llama_index_recency.edge import QdrantEdgeVectorStore
+from llama_index_recency.store import (
+    MemoryStoreLockedError,
+    MemoryStoreNotFoundError,
+    Migration,
+    close_memory_index,
+    count_memories,
+    get_memories,
+    migrate_store,
+    open_memory_index,
+)
 from llama_index_recency.writer import (
     MEMORY_EXTRACTION_PROMPT,
     MemoryWriteError,
@@ -70,8 +80,11 @@ __all__ = [
     "MemoryDateError",
     "MemoryResponseSynthesizer",
     "MemoryStoreLockedError",
+    "MemoryStoreNotFoundError",
+    "Migration",
     "MemoryWriteError",
     "PAST_POINTING_PATTERNS",
+    "QdrantEdgeVectorStore",
     "QdrantRecencyRetriever",
     "RETRIEVED_MEMORY_CONTEXT_TEMPLATE",
     "RETRIEVED_MEMORY_PROMPT",
@@ -88,11 +101,15 @@ __all__ = [
     "aextract_memories",
     "aremember",
     "calibrate",
+    "close_memory_index",
+    "count_memories",
     "example_memories",
     "example_questions",
     "extract_memories",
     "fit_threshold",
+    "get_memories",
     "memory_node",
+    "migrate_store",
     "offline_embedding",
     "open_memory_index",
     "openai_like_llm",

@@ -1,6 +1,14 @@
-"""Qdrant-backed memory index: a ``VectorStoreIndex`` over a cosine ``QdrantVectorStore``.
+"""The memory store: a ``VectorStoreIndex`` over Qdrant Edge on the device, or a Qdrant server.
 
-The collection records which embedding model (name and dimension) filled it, and
+Where memories live, by what :func:`open_memory_index` is given:
+
+- ``path``: a Qdrant Edge shard under ``<path>/edge/<collection>`` (in-process, exact,
+  write-ahead logged). A directory written by 0.1.0 (qdrant-client's local mode) still
+  opens as it is, with a notice that ``llama-index-recency migrate`` moves it to Edge.
+- ``url``: a Qdrant server through qdrant-client (sync and async).
+- neither: an Edge shard in a temporary directory, deleted when the process exits.
+
+Every collection records which embedding model (name and dimension) filled it, and
 opening it with another model is an error: vectors from two models are not comparable,
 and mixing them would silently corrupt retrieval.
 """
@@ -8,9 +16,16 @@ and mixing them would silently corrupt retrieval.
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import shutil
+import tempfile
 import warnings
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 from llama_index.core import VectorStoreIndex
@@ -19,38 +34,46 @@ from llama_index.core.schema import BaseNode
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import AsyncQdrantClient, QdrantClient, models
 
+from llama_index_recency.edge import MemoryStoreLockedError, QdrantEdgeVectorStore
 from llama_index_recency.embeddings import EmbeddingMismatchError
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_COLLECTION = "memories"
 
 EMBEDDING_METADATA_KEY = "llama_index_recency.embedding"
 """Collection-metadata key holding ``{"model": name, "dimensions": n}``."""
 
+EDGE_DIRECTORY = "edge"
+"""Subdirectory of a store path holding one Edge shard per collection."""
+
+_LOCAL_MODE_MARKER = "meta.json"  # what qdrant-client's local mode keeps at a store's root
 _DIMENSION_PROBE = "dimension probe"
+_COPY_BATCH = 256
 
-
-class MemoryStoreLockedError(RuntimeError):
-    """The embedded store at a path is already open (Qdrant local mode allows one client)."""
+__all__ = [
+    "DEFAULT_COLLECTION",
+    "EMBEDDING_METADATA_KEY",
+    "MemoryStoreLockedError",
+    "MemoryStoreNotFoundError",
+    "Migration",
+    "check_memory_store",
+    "close_memory_index",
+    "count_memories",
+    "get_memories",
+    "migrate_store",
+    "open_memory_index",
+]
 
 
 class MemoryStoreNotFoundError(FileNotFoundError):
     """A command that only reads was pointed at a path that holds no memory store."""
 
 
-def check_memory_store(path: str, *, must_exist: bool) -> None:
-    """Fail fast, before any model loads: the store at ``path`` is locked, missing or not a directory.
-
-    Raises :class:`MemoryStoreLockedError` when another process holds it,
-    :class:`MemoryStoreNotFoundError` when ``must_exist`` and no store is there, and
-    ``NotADirectoryError`` when ``path`` is a file.
-    """
-    raise NotImplementedError  # filled in with the Edge engine
-
-
 def open_memory_index(
     embed_model: BaseEmbedding,
     *,
-    path: Optional[str] = None,
+    path: Optional[str | os.PathLike[str]] = None,
     url: Optional[str] = None,
     api_key: Optional[str] = None,
     collection_name: str = DEFAULT_COLLECTION,
@@ -61,23 +84,33 @@ def open_memory_index(
 ) -> VectorStoreIndex:
     """Open (creating if needed) the memory collection as a ``VectorStoreIndex``.
 
-    Where it lives: a Qdrant server ``url``, an embedded store persisted at ``path``, or
-    (neither) an embedded in-memory store; or pass ready ``client``/``aclient`` objects.
-    Embedded mode holds one client per store, so it is sync unless ``use_async=True``;
-    a server gets both. The collection uses cosine distance, and each node's metadata,
-    the memory's date included, is stored in the point's payload.
+    Where it lives: an embedded store at ``path`` (Qdrant Edge; a 0.1.0 store opens in
+    qdrant-client's local mode), a Qdrant server ``url``, ready ``client``/``aclient``
+    objects, or (none of these) a temporary Edge shard. Sync and async both work on
+    every engine; ``use_async`` only matters for a 0.1.0 store, whose local mode holds
+    one client (sync unless ``use_async=True``). Each node's metadata, the memory's
+    date included, is stored in the point's payload.
 
     The embedding's name (``embedding_name``, default ``embed_model.model_name``) and
     dimension (measured on one probe query) are recorded with the collection; a
-    collection recorded with another raises :class:`EmbeddingMismatchError`. A path
-    already open elsewhere raises :class:`MemoryStoreLockedError`.
+    collection recorded with another raises :class:`EmbeddingMismatchError`. A store
+    open in another process raises :class:`MemoryStoreLockedError`.
     """
-    if client is None and aclient is None:
-        client, aclient = qdrant_clients(path=path, url=url, api_key=api_key, use_async=use_async)
     identity = {
         "model": embedding_name or embed_model.model_name,
         "dimensions": len(embed_model.get_query_embedding(_DIMENSION_PROBE)),
     }
+    if client is None and aclient is None and url is None:
+        if path is None or not is_local_mode_store(path):
+            store = _edge_store(path, collection_name, identity)
+            return VectorStoreIndex.from_vector_store(store, embed_model=embed_model)
+        logger.warning(
+            "%s was written by llama-index-recency 0.1.0 (qdrant-client local mode); it works "
+            "as is, and `llama-index-recency migrate %s NEW_PATH` moves it to Qdrant Edge "
+            "(exact, faster, crash-safe)", path, path,
+        )
+    if client is None and aclient is None:
+        client, aclient = qdrant_clients(path=path, url=url, api_key=api_key, use_async=use_async)
     _check_embedding(_collection_calls(client, aclient), collection_name, identity)
     vector_store = QdrantVectorStore(
         collection_name=collection_name, client=client, aclient=aclient
@@ -85,22 +118,198 @@ def open_memory_index(
     return VectorStoreIndex.from_vector_store(vector_store, embed_model=embed_model)
 
 
+def is_local_mode_store(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` holds a store written by 0.1.0 (qdrant-client's local mode)."""
+    return (Path(path) / _LOCAL_MODE_MARKER).is_file()
+
+
+def edge_shard_path(path: str | os.PathLike[str], collection_name: str = DEFAULT_COLLECTION) -> Path:
+    """Where the Edge shard of ``collection_name`` lives in the store at ``path``."""
+    return Path(path) / EDGE_DIRECTORY / collection_name
+
+
+def _edge_store(
+    path: Optional[str | os.PathLike[str]], collection_name: str, identity: dict[str, Any]
+) -> QdrantEdgeVectorStore:
+    """The Edge shard for ``collection_name`` at ``path`` (a temporary one for None), checked."""
+    temporary = path is None
+    if path is None:
+        path = tempfile.mkdtemp(prefix="llama-index-recency-")
+    elif Path(path).is_file():
+        raise NotADirectoryError(f"the memory store path {path} is a file, not a directory")
+    store = _open_edge(Path(path), collection_name, dimensions=identity["dimensions"])
+    if temporary:
+        weakref.finalize(store, shutil.rmtree, path, ignore_errors=True)
+    recorded = store.metadata.get(EMBEDDING_METADATA_KEY)
+    if recorded is None:
+        store.update_metadata({EMBEDDING_METADATA_KEY: identity})
+    elif recorded != identity:
+        store.close()
+        raise _mismatch(collection_name, recorded, identity)
+    return store
+
+
+def _open_edge(
+    root: Path, collection_name: str, dimensions: Optional[int] = None
+) -> QdrantEdgeVectorStore:
+    """The collection's Edge shard in the store at ``root``; a held one names the store."""
+    try:
+        return QdrantEdgeVectorStore(edge_shard_path(root, collection_name), dimensions=dimensions)
+    except MemoryStoreLockedError:
+        raise _locked(root) from None
+
+
+def check_memory_store(
+    path: str | os.PathLike[str],
+    *,
+    must_exist: bool,
+    collection_name: str = DEFAULT_COLLECTION,
+) -> None:
+    """Fail fast, before any model loads: the store at ``path`` is locked, missing or a file.
+
+    Raises :class:`MemoryStoreLockedError` when another process holds it,
+    :class:`MemoryStoreNotFoundError` when ``must_exist`` and no store is there, and
+    ``NotADirectoryError`` when ``path`` is a file.
+    """
+    root = Path(path)
+    if root.is_file():
+        raise NotADirectoryError(f"the memory store path {root} is a file, not a directory")
+    if is_local_mode_store(root):
+        _check_local_mode_lock(root)
+        return
+    shard = edge_shard_path(root, collection_name)
+    if not shard.is_dir():
+        if must_exist:
+            raise MemoryStoreNotFoundError(
+                f"no memory store at {root} (collection {collection_name!r}); check the path, "
+                "or add a memory first"
+            )
+        return
+    _open_edge(root, collection_name).close()  # raises MemoryStoreLockedError when held
+
+
+def _check_local_mode_lock(root: Path) -> None:
+    import portalocker  # a qdrant-client dependency; it is what local mode locks with
+
+    try:
+        with open(root / ".lock", "a") as lock_file:
+            portalocker.lock(lock_file, portalocker.LockFlags.EXCLUSIVE
+                             | portalocker.LockFlags.NON_BLOCKING)
+            portalocker.unlock(lock_file)
+    except portalocker.exceptions.LockException:
+        raise _locked(root) from None
+
+
 def count_memories(index: VectorStoreIndex) -> int:
     """How many memories the index's collection holds (0 when it does not exist yet)."""
     store = index.vector_store
+    if isinstance(store, QdrantEdgeVectorStore):
+        return store.count()
     if not store.client.collection_exists(store.collection_name):
         return 0
     return store.client.count(store.collection_name, exact=True).count
 
 
 def get_memories(index: VectorStoreIndex) -> list[BaseNode]:
-    """Every memory node in the index's collection, in storage order."""
+    """Every memory node in the index's collection."""
     return index.vector_store.get_nodes()
 
 
 def close_memory_index(index: VectorStoreIndex) -> None:
-    """Release the store (the embedded store's lock) so another process can open it."""
-    index.vector_store.client.close()
+    """Release the store (an embedded store's lock) so another process can open it."""
+    store = index.vector_store
+    if isinstance(store, QdrantEdgeVectorStore):
+        store.close()
+    elif store.client is not None:
+        store.client.close()
+
+
+@dataclass(frozen=True)
+class Migration:
+    """What :func:`migrate_store` did: memories in the source, copied, and now in the target."""
+
+    source_count: int
+    copied: int
+    target_count: int
+    target: Path
+
+
+def migrate_store(
+    source: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    *,
+    collection_name: str = DEFAULT_COLLECTION,
+    progress: Optional[Callable[[int], None]] = None,
+) -> Migration:
+    """Copy a 0.1.0 store (qdrant-client local mode) into a Qdrant Edge store at ``target``.
+
+    Every memory keeps its id, vector and payload, and the collection its embedding
+    identity; no embedding model is needed. ``source`` is only read. Rerunning is
+    harmless (same ids overwrite themselves). The counts are verified; a shortfall is
+    an error. ``progress`` is called with the number of memories copied per batch.
+    """
+    if not is_local_mode_store(source):
+        raise MemoryStoreNotFoundError(
+            f"{source} is not a llama-index-recency 0.1.0 store (no {_LOCAL_MODE_MARKER}); "
+            "migrate copies those into Qdrant Edge"
+        )
+    if is_local_mode_store(target):
+        raise ValueError(f"the target {target} is itself a 0.1.0 store; give a new directory")
+    client, _ = qdrant_clients(path=os.fspath(source))
+    assert client is not None
+    try:
+        if not client.collection_exists(collection_name):
+            raise MemoryStoreNotFoundError(f"{source} has no collection {collection_name!r}")
+        config = client.get_collection(collection_name).config
+        vectors = config.params.vectors
+        size = vectors.size if isinstance(vectors, models.VectorParams) else None
+        identity = (config.metadata or {}).get(EMBEDDING_METADATA_KEY)
+        source_count = client.count(collection_name, exact=True).count
+        edge = _open_edge(Path(target), collection_name, dimensions=size)
+        try:
+            recorded = edge.metadata.get(EMBEDDING_METADATA_KEY)
+            if identity is not None and recorded not in (None, identity):
+                raise _mismatch(collection_name, recorded, identity)
+            copied = 0
+            for batch in _local_points(client, collection_name):
+                edge.upsert_points(batch)
+                copied += len(batch)
+                if progress is not None:
+                    progress(len(batch))
+            if identity is not None:
+                edge.update_metadata({EMBEDDING_METADATA_KEY: identity})
+            edge.flush()
+            target_count = edge.count()
+        finally:
+            edge.close()
+    finally:
+        client.close()
+    if copied != source_count or target_count < source_count:
+        raise RuntimeError(
+            f"migrating {source} copied {copied} of {source_count} memories and the target "
+            f"holds {target_count}; the source is untouched, rerun to complete"
+        )
+    return Migration(source_count, copied, target_count, Path(target))
+
+
+def _local_points(
+    client: QdrantClient, collection_name: str
+) -> Any:
+    """Batches of ``(id, vector, payload)`` from a local-mode collection, in id order."""
+    offset = None
+    while True:
+        records, offset = client.scroll(collection_name, limit=_COPY_BATCH, offset=offset,
+                                        with_payload=True, with_vectors=True)
+        batch = []
+        for record in records:
+            vector = record.vector
+            if isinstance(vector, dict):  # a named dense vector: the only one there is
+                (vector,) = vector.values()
+            batch.append((str(record.id), list(vector), dict(record.payload or {})))
+        if batch:
+            yield batch
+        if offset is None:
+            return
 
 
 def _check_embedding(
@@ -136,12 +345,18 @@ def _check_embedding(
         call("update_collection", collection_name,
              metadata={EMBEDDING_METADATA_KEY: identity})
     elif recorded != identity:
-        raise EmbeddingMismatchError(
-            f"collection {collection_name!r} was written with {recorded['model']!r} "
-            f"({recorded['dimensions']} dims); refusing to use it with "
-            f"{identity['model']!r} ({identity['dimensions']} dims): vectors of different "
-            "models are not comparable. Use the same model, or another collection."
-        )
+        raise _mismatch(collection_name, recorded, identity)
+
+
+def _mismatch(
+    collection_name: str, recorded: dict[str, Any], identity: dict[str, Any]
+) -> EmbeddingMismatchError:
+    return EmbeddingMismatchError(
+        f"collection {collection_name!r} was written with {recorded['model']!r} "
+        f"({recorded['dimensions']} dims); refusing to use it with "
+        f"{identity['model']!r} ({identity['dimensions']} dims): vectors of different "
+        "models are not comparable. Use the same model, or another collection."
+    )
 
 
 def _collection_calls(
@@ -162,12 +377,12 @@ def _collection_calls(
 
 def qdrant_clients(
     *,
-    path: Optional[str] = None,
+    path: Optional[str | os.PathLike[str]] = None,
     url: Optional[str] = None,
     api_key: Optional[str] = None,
     use_async: bool = False,
 ) -> tuple[Optional[QdrantClient], Optional[AsyncQdrantClient]]:
-    """Sync and/or async clients for a server ``url``, a local ``path`` or in-memory storage.
+    """Sync and/or async qdrant-client clients for a server ``url``, a local-mode ``path`` or memory.
 
     A local path already held by another client raises :class:`MemoryStoreLockedError`.
     """
@@ -175,7 +390,7 @@ def qdrant_clients(
         if path is not None:
             raise ValueError("give either a Qdrant server url or a local path, not both")
         return QdrantClient(url=url, api_key=api_key), AsyncQdrantClient(url=url, api_key=api_key)
-    location = {"path": path} if path is not None else {"location": ":memory:"}
+    location = {"path": os.fspath(path)} if path is not None else {"location": ":memory:"}
     try:
         if use_async:
             return None, AsyncQdrantClient(**location)
@@ -183,8 +398,12 @@ def qdrant_clients(
     except RuntimeError as error:
         if "already accessed by another instance" not in str(error):
             raise
-        raise MemoryStoreLockedError(
-            f"the memory store at {path} is already open in another process (or by another "
-            "client in this one); Qdrant local mode allows one at a time. Close the other "
-            "one, or run a Qdrant server and pass url= to share it."
-        ) from None
+        raise _locked(Path(path or "")) from None
+
+
+def _locked(path: Path) -> MemoryStoreLockedError:
+    return MemoryStoreLockedError(
+        f"the memory store at {path} is already open in another process (or by another "
+        "client in this one); an embedded store allows one at a time. Close the other "
+        "one, or run a Qdrant server and pass url= (--url) to share it."
+    )

@@ -26,7 +26,11 @@ from llama_index_recency import (
     open_memory_index,
     openai_like_llm,
 )
-from llama_index_recency.store import MemoryStoreLockedError
+from llama_index_recency.store import (
+    MemoryStoreLockedError,
+    close_memory_index,
+    count_memories,
+)
 from llama_index_recency.writer import MemoryWriteError, parse_transcript, remember
 
 TODAY = "2026-09-10"
@@ -149,14 +153,14 @@ def test_second_process_gets_a_clear_message(tmp_path) -> None:
     assert second.returncode == 3, err
     assert out.startswith(f"the memory store at {store} is already open in another process")
     assert "pass url=" in out
-    index.vector_store.client.close()
+    close_memory_index(index)
 
 
 def test_second_client_in_the_same_process_gets_the_same_error(tmp_path) -> None:
     first = open_memory_index(KnownCosineEmbedding({"a": 0.5}), path=str(tmp_path))
-    with pytest.raises(MemoryStoreLockedError, match="Qdrant local mode allows one"):
+    with pytest.raises(MemoryStoreLockedError, match="already open"):
         open_memory_index(KnownCosineEmbedding({"a": 0.5}), path=str(tmp_path))
-    first.vector_store.client.close()
+    close_memory_index(first)
 
 
 def test_killed_writer_loses_nothing(tmp_path) -> None:
@@ -175,7 +179,7 @@ def test_killed_writer_loses_nothing(tmp_path) -> None:
     assert writer.returncode == -signal.SIGKILL
     # The lock died with the process; everything written is there.
     index = open_memory_index(numbered_memories()[1], path=store)
-    assert index.vector_store.client.count("memories").count == 5
+    assert count_memories(index) == 5
     best = index.as_retriever(similarity_top_k=1).retrieve(QUERY)[0]
     assert (best.node.get_content(), round(best.score, 3)) == (
         "2026-09-05: Taro noted fact number 4.", 0.5
@@ -248,7 +252,7 @@ def test_writer_llm_failure_stores_nothing(openai_server, closed_port_url, fault
     llm = openai_like_llm(api_base=api_base, timeout=0.5 if fault == "hang" else 5.0, max_retries=0)
     with pytest.raises(MemoryWriteError, match=f"\\({cause}: .*nothing was stored"):
         remember(parse_transcript("user: I like trains."), index, llm, memory_date="2026-09-01")
-    assert index.vector_store.client.count("memories").count == 0
+    assert count_memories(index) == 0
 
 
 # -- properties -------------------------------------------------------------------------------

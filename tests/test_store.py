@@ -1,0 +1,191 @@
+"""The memory store: Qdrant Edge by default, 0.1.0 local-mode stores still open, migrate between them."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from llama_index.vector_stores.qdrant import QdrantVectorStore
+from qdrant_client import QdrantClient, models
+
+from llama_index_recency import (
+    QdrantRecencyRetriever,
+    RecencyBonusPostprocessor,
+    memory_node,
+    open_memory_index,
+)
+from llama_index_recency.edge import QdrantEdgeVectorStore
+from llama_index_recency.embeddings import EmbeddingMismatchError
+from llama_index_recency.store import (
+    EMBEDDING_METADATA_KEY,
+    MemoryStoreLockedError,
+    MemoryStoreNotFoundError,
+    check_memory_store,
+    close_memory_index,
+    count_memories,
+    get_memories,
+    migrate_store,
+)
+
+from conftest import QUERY, KnownCosineEmbedding, cosines_for
+
+SEED_TODAY = "2026-09-10"
+MEMORIES = [
+    ("Taro likes trains.", "2026-05-01", 0.470),
+    ("Taro has a cat named Mochi.", "2026-05-02", 0.460),
+    ("Taro stabilized the TTS server.", "2026-08-28", 0.456),
+    ("Taro plays the guitar.", "2026-05-03", 0.440),
+    ("Taro made mentaiko pasta at home.", "2026-09-08", 0.421),
+    ("Taro visited Nagano.", "2026-05-04", 0.415),
+    ("Taro finished the benchmark article.", "2026-09-09", 0.408),
+    ("Taro reads manga.", "2026-05-05", 0.300),
+]
+NODES = [memory_node(fact, day) for fact, day, _ in MEMORIES]
+TOP3 = [0.476, 0.470, 0.464]  # TTS + bonus, trains (raw), pasta + bonus
+
+
+def embed() -> KnownCosineEmbedding:
+    return KnownCosineEmbedding(cosines_for(NODES, [raw for *_, raw in MEMORIES]))
+
+
+def top3(index) -> list[float]:
+    retriever = QdrantRecencyRetriever.from_index(
+        index, RecencyBonusPostprocessor(reference_date=SEED_TODAY)
+    )
+    return [round(n.score, 3) for n in retriever.retrieve(QUERY)]
+
+
+def write_0_1_0_store(path: Path) -> None:
+    """A store exactly as 0.1.0 wrote it: qdrant-client's local mode, identity in the metadata."""
+    client = QdrantClient(path=str(path))
+    client.create_collection(
+        "memories",
+        vectors_config=models.VectorParams(size=len(MEMORIES) + 1, distance=models.Distance.COSINE),
+        metadata={EMBEDDING_METADATA_KEY: {"model": "known-cosine", "dimensions": len(MEMORIES) + 1}},
+    )
+    store = QdrantVectorStore(collection_name="memories", client=client)
+    vectors = embed()
+    for node in NODES:
+        node.embedding = vectors.get_text_embedding(node.get_content(metadata_mode="embed"))
+    store.add([node.model_copy() for node in NODES])
+    client.close()
+
+
+def test_a_path_opens_an_edge_shard_that_survives_reopening(tmp_path: Path) -> None:
+    index = open_memory_index(embed(), path=tmp_path)
+    assert isinstance(index.vector_store, QdrantEdgeVectorStore)
+    index.insert_nodes(NODES)
+    index.insert_nodes([memory_node(fact, day) for fact, day, _ in MEMORIES])  # same ids: no copies
+    assert count_memories(index) == len(MEMORIES)
+    assert top3(index) == TOP3
+    close_memory_index(index)
+
+    reopened = open_memory_index(embed(), path=tmp_path)
+    stored = {node.node_id: node for node in get_memories(reopened)}
+    assert stored[NODES[4].node_id].metadata["date"] == "2026-09-08"
+    assert stored[NODES[4].node_id].get_content() == "2026-09-08: Taro made mentaiko pasta at home."
+    assert top3(reopened) == TOP3
+
+
+async def test_no_path_is_a_temporary_edge_shard_with_async(tmp_path: Path) -> None:
+    index = open_memory_index(embed())
+    await index.ainsert_nodes(NODES)
+    retriever = QdrantRecencyRetriever.from_index(
+        index, RecencyBonusPostprocessor(reference_date=SEED_TODAY)
+    )
+    assert [round(n.score, 3) for n in await retriever.aretrieve(QUERY)] == TOP3
+    candidates = await index.as_retriever(similarity_top_k=8).aretrieve(QUERY)
+    assert len(candidates) == 8
+
+
+def test_another_embedding_model_is_refused(tmp_path: Path) -> None:
+    close_memory_index(open_memory_index(embed(), path=tmp_path))
+    with pytest.raises(EmbeddingMismatchError, match="'known-cosine' .*refusing to use it with 'other'"):
+        open_memory_index(embed(), path=tmp_path, embedding_name="other")
+
+
+def test_a_0_1_0_store_opens_unchanged_with_a_notice(tmp_path: Path, caplog) -> None:
+    write_0_1_0_store(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="llama_index_recency"):
+        index = open_memory_index(embed(), path=tmp_path)
+    assert isinstance(index.vector_store, QdrantVectorStore)
+    assert any(f"llama-index-recency migrate {tmp_path}" in r.getMessage() for r in caplog.records)
+    assert count_memories(index) == len(MEMORIES)
+    assert top3(index) == TOP3
+    close_memory_index(index)
+
+
+def test_migrate_copies_every_memory_and_the_identity_and_leaves_the_source(tmp_path: Path) -> None:
+    source, target = tmp_path / "old", tmp_path / "new"
+    write_0_1_0_store(source)
+    before = sorted((p.relative_to(source), p.stat().st_size) for p in source.rglob("*") if p.is_file())
+
+    first = migrate_store(source, target)
+    again = migrate_store(source, target)  # idempotent
+    assert (first.source_count, first.copied, first.target_count) == (8, 8, 8)
+    assert again.target_count == 8
+
+    after = sorted((p.relative_to(source), p.stat().st_size) for p in source.rglob("*") if p.is_file())
+    assert after == before
+    migrated = open_memory_index(embed(), path=target)
+    assert isinstance(migrated.vector_store, QdrantEdgeVectorStore)
+    assert {n.node_id for n in get_memories(migrated)} == {n.node_id for n in NODES}
+    assert migrated.vector_store.metadata[EMBEDDING_METADATA_KEY] == {
+        "model": "known-cosine", "dimensions": 9
+    }
+    assert top3(migrated) == TOP3
+
+
+def test_migrate_refuses_what_it_cannot_copy(tmp_path: Path) -> None:
+    with pytest.raises(MemoryStoreNotFoundError, match="not a llama-index-recency 0.1.0 store"):
+        migrate_store(tmp_path / "nothing", tmp_path / "new")
+
+
+def test_check_memory_store_fails_fast(tmp_path: Path) -> None:
+    with pytest.raises(MemoryStoreNotFoundError, match="no memory store at"):
+        check_memory_store(tmp_path / "typo", must_exist=True)
+    check_memory_store(tmp_path / "new", must_exist=False)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotADirectoryError, match="is a file"):
+        check_memory_store(tmp_path / "file", must_exist=False)
+    index = open_memory_index(embed(), path=tmp_path / "held")
+    with pytest.raises(MemoryStoreLockedError, match=f"the memory store at {tmp_path / 'held'}"):
+        check_memory_store(tmp_path / "held", must_exist=True)
+    close_memory_index(index)
+    check_memory_store(tmp_path / "held", must_exist=True)
+
+
+def test_check_memory_store_sees_a_held_0_1_0_store(tmp_path: Path) -> None:
+    write_0_1_0_store(tmp_path)
+    check_memory_store(tmp_path, must_exist=True)
+    client = QdrantClient(path=str(tmp_path))
+    with pytest.raises(MemoryStoreLockedError, match="already open"):
+        check_memory_store(tmp_path, must_exist=True)
+    client.close()
+
+
+def test_killed_writer_on_edge_loses_nothing(tmp_path: Path) -> None:
+    """Writes without flush or close, then kill -9: every memory is there on reopening."""
+    tests = Path(__file__).parent
+    code = f"""
+        import os, sys
+        sys.path.insert(0, {str(tests)!r})
+        from test_store import NODES, embed
+        from llama_index_recency import open_memory_index
+        index = open_memory_index(embed(), path={str(tmp_path)!r})
+        for node in NODES:
+            index.insert_nodes([node])
+        os.kill(os.getpid(), 9)
+    """
+    child = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                           text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    index = open_memory_index(embed(), path=tmp_path)
+    assert count_memories(index) == len(MEMORIES)
+    assert top3(index) == TOP3
