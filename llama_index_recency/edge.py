@@ -96,20 +96,15 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             raise ValueError(f"dimensions must be a positive vector size, got {dimensions!r}")
         super().__init__(path=os.fspath(path), dimensions=dimensions, date_key=date_key)
         self._metadata = _read_metadata(self._metadata_path)
-        if os.path.exists(os.path.join(self.path, _EDGE_CONFIG_FILE)):
-            self._shard = self._locked(edge.EdgeShard.load, self.path)
-            size = self._stored_vector_size()
-            if dimensions is not None and dimensions != size:
-                self.close()
-                raise ValueError(
-                    f"the shard at {self.path} holds {size}-dim vectors, not {dimensions}-dim"
-                )
-            self.dimensions = size
-            self._ensure_indexes()
-        else:
+        if not os.path.exists(os.path.join(self.path, _EDGE_CONFIG_FILE)):
             _refuse_foreign_directory(self.path)
-            if dimensions is not None:
-                self._create(dimensions)
+        self._open(dimensions)
+        if dimensions is not None and dimensions != self.dimensions:
+            self.close()
+            raise ValueError(
+                f"the shard at {self.path} holds {self.dimensions}-dim vectors, "
+                f"not {dimensions}-dim"
+            )
 
     @classmethod
     def class_name(cls) -> str:
@@ -181,7 +176,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
                     shutil.rmtree(entry)
                 else:
                     os.remove(entry)
-        self._create(self._vector_size)
+        self._open(self._vector_size)
 
     def count(self, filters: Optional[MetadataFilters] = None) -> int:
         """How many nodes match ``filters`` (all nodes without), counted exactly."""
@@ -301,10 +296,19 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
                 f"the store at {self.path} is already open in another process or handle"
             ) from None
 
-    def _create(self, size: int) -> edge.EdgeShard:
-        vectors = edge.EdgeVectorParams(size, edge.Distance.Cosine)  # unnamed, as QdrantVectorStore
-        self._shard = self._locked(edge.EdgeShard.create, self.path, edge.EdgeConfig(vectors))
-        self.dimensions = size
+    def _open(self, size: Optional[int]) -> Optional[edge.EdgeShard]:
+        """Load the shard at ``path`` (maybe created by another handle since), or create it
+        with vectors of ``size`` when given."""
+        if os.path.exists(os.path.join(self.path, _EDGE_CONFIG_FILE)):
+            self._shard = self._locked(edge.EdgeShard.load, self.path)
+            self.dimensions = self._stored_vector_size()
+        elif size is not None:
+            # One unnamed cosine vector, as QdrantVectorStore creates a collection.
+            vectors = edge.EdgeVectorParams(size, edge.Distance.Cosine)
+            self._shard = self._locked(edge.EdgeShard.create, self.path, edge.EdgeConfig(vectors))
+            self.dimensions = size
+        else:
+            return None
         self._ensure_indexes()
         return self._shard
 
@@ -345,7 +349,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
     def _upsert(self, points: Sequence[tuple[str, list[float], dict[str, Any]]]) -> None:
         if not points:
             return
-        shard = self._shard or self._create(len(points[0][1]))
+        shard = self._shard or self._open(len(points[0][1]))
         for point_id, vector, _ in points:
             if len(vector) != self.dimensions:
                 raise ValueError(

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from llama_index.core import Document, MockEmbedding, StorageContext, VectorStoreIndex
 from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores.types import (
     FilterCondition,
@@ -85,6 +86,18 @@ def test_a_node_round_trips_through_get_nodes_and_query(store: QdrantEdgeVectorS
     assert result.ids == [node.node_id]
     assert result.similarities == pytest.approx([0.6])
     assert result.nodes[0] == without_embedding(node)
+
+
+def test_works_under_a_vector_store_index(store: QdrantEdgeVectorStore) -> None:
+    index = VectorStoreIndex.from_documents(
+        [Document(text="Taro visited Nagano.", id_="doc-a"), Document(text="Rain.", id_="doc-b")],
+        storage_context=StorageContext.from_defaults(vector_store=store),
+        embed_model=MockEmbedding(embed_dim=4),
+    )
+    retrieved = index.as_retriever(similarity_top_k=5).retrieve("where did Taro go?")
+    assert sorted(n.node.get_content() for n in retrieved) == ["Rain.", "Taro visited Nagano."]
+    index.delete_ref_doc("doc-a")
+    assert [n.get_content() for n in store.get_nodes()] == ["Rain."]
 
 
 def test_payload_is_the_one_qdrant_vector_store_writes(store: QdrantEdgeVectorStore) -> None:
@@ -471,3 +484,14 @@ def test_a_shard_held_elsewhere_raises_memory_store_locked_error(shard_path: Pat
     with pytest.raises(MemoryStoreLockedError):
         QdrantEdgeVectorStore(shard_path)  # a second handle in this process
     store.close()
+
+
+def test_two_handles_waiting_for_the_first_add_do_not_both_create(shard_path: Path) -> None:
+    first, second = QdrantEdgeVectorStore(shard_path), QdrantEdgeVectorStore(shard_path)
+    first.add([TextNode(id_=node_id(1), text="a", embedding=[1.0, 0.0])])
+    with pytest.raises(MemoryStoreLockedError):
+        second.add([TextNode(id_=node_id(2), text="b", embedding=[0.0, 1.0])])
+    first.close()
+    second.add([TextNode(id_=node_id(2), text="b", embedding=[0.0, 1.0])])  # loads, then adds
+    assert sorted(n.get_content() for n in second.get_nodes()) == ["a", "b"]
+    second.close()
