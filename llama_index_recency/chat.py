@@ -1,31 +1,104 @@
-"""Answer even when no memory passed: a synthesizer and a context chat engine that do.
+"""One LLM call per question, memory text only inside the escaped block, an answer with no memory.
 
-LlamaIndex's synthesizers reply "Empty Response" without calling the LLM when they get
-no nodes. A character must still answer then, just with no memory in its prompt.
+LlamaIndex's stock synthesizers reply "Empty Response" without calling the LLM when they
+get no nodes, and split context longer than the LLM's window into refine calls whose
+stock prompt carries memory text outside the block. A character must answer in one call
+either way, with its memories only inside ``<retrieved_memory>``.
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from datetime import date, datetime
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.base.response.schema import RESPONSE_TYPE
+from llama_index.core.callbacks import CallbackManager
 from llama_index.core.chat_engine import ContextChatEngine
-from llama_index.core.response_synthesizers import CompactAndRefine
+from llama_index.core.llms import LLM
+from llama_index.core.prompts import BasePromptTemplate
+from llama_index.core.response_synthesizers import BaseSynthesizer
 from llama_index.core.response_synthesizers.base import QueryTextType
 from llama_index.core.schema import NodeWithScore, QueryBundle
+from llama_index.core.settings import Settings
+from llama_index.core.types import RESPONSE_TEXT_TYPE
 
 from llama_index_recency.prompts import (
+    MEMORY_DATE_PREFIX,
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
     RETRIEVED_MEMORY_PROMPT,
 )
 
+TodayLike = Union[date, datetime, str, None]
+"""The prompt's "today": a date, a datetime (its own calendar day), an ISO string, or None (now)."""
 
-class MemoryResponseSynthesizer(CompactAndRefine):
-    """``CompactAndRefine`` with the B-format prompt that asks the LLM even with no memory."""
+_TOKENS_PER_MESSAGE = 4  # role and separators, as OpenAI counts them
 
-    def __init__(self, text_qa_template: Any = None, **kwargs: Any) -> None:
-        super().__init__(text_qa_template=text_qa_template or RETRIEVED_MEMORY_PROMPT, **kwargs)
+
+def _memory_day(today: TodayLike) -> Optional[str]:
+    """``today`` as ``YYYY-MM-DD``, or None for "the current date when the prompt is built"."""
+    if today is None:
+        return None
+    if isinstance(today, datetime):
+        return today.date().isoformat()
+    if isinstance(today, date):
+        return today.isoformat()
+    if isinstance(today, str):
+        try:
+            return datetime.fromisoformat(today.strip()).date().isoformat()
+        except ValueError:
+            pass
+    raise ValueError(f"today must be a date, a datetime or an ISO date string, not {today!r}")
+
+
+def _cut(memory: str, limit: Optional[int]) -> str:
+    """The memory with its text after the date prefix cut to ``limit`` characters, marked "…"."""
+    prefix = MEMORY_DATE_PREFIX.match(memory)
+    start = prefix.end() if prefix else 0
+    if limit is None or len(memory) - start <= limit:
+        return memory
+    return memory[: start + limit].rstrip() + "…"
+
+
+def _join(memories: Sequence[str], limit: Optional[int]) -> str:
+    return "\n\n".join(_cut(memory, limit) for memory in memories)
+
+
+class MemoryResponseSynthesizer(BaseSynthesizer):
+    """Send the B-format prompt in exactly one LLM call, with or without memories.
+
+    Every memory goes into the escaped block once, on one line. If the prompt would not
+    fit the LLM's ``context_window`` minus its ``num_output``, the longest memory texts
+    are cut to a common length (marked "…") instead of being split into refine calls.
+    ``today`` ties the prompt's date to your recency policy's reference date.
+
+    Use it wherever LlamaIndex takes a response synthesizer; with a retriever (such as
+    ``QdrantRecencyRetriever``)::
+
+        RetrieverQueryEngine(retriever, response_synthesizer=MemoryResponseSynthesizer(llm=llm))
+
+    (``RetrieverQueryEngine.from_args(retriever, llm=llm)`` would send LlamaIndex's stock
+    QA prompt: no block, no rules, no escaping.)
+    """
+
+    def __init__(
+        self,
+        llm: Optional[LLM] = None,
+        callback_manager: Optional[CallbackManager] = None,
+        text_qa_template: Optional[BasePromptTemplate] = None,
+        streaming: bool = False,
+        today: TodayLike = None,
+    ) -> None:
+        super().__init__(llm=llm, callback_manager=callback_manager, streaming=streaming)
+        self._text_qa_template = text_qa_template or RETRIEVED_MEMORY_PROMPT
+        self._today = _memory_day(today)
+
+    def _get_prompts(self) -> Dict[str, Any]:
+        return {"text_qa_template": self._text_qa_template}
+
+    def _update_prompts(self, prompts: Dict[str, Any]) -> None:
+        if "text_qa_template" in prompts:
+            self._text_qa_template = prompts["text_qa_template"]
 
     def synthesize(
         self,
@@ -36,11 +109,7 @@ class MemoryResponseSynthesizer(CompactAndRefine):
     ) -> RESPONSE_TYPE:
         if nodes:
             return super().synthesize(query, nodes, additional_source_nodes, **response_kwargs)
-        prompt = self._no_memory_prompt(query)
-        if self._streaming:
-            answer = self._llm.stream(prompt, context_str="", **response_kwargs)
-        else:
-            answer = self._llm.predict(prompt, context_str="", **response_kwargs)
+        answer = self.get_response(_query_str(query), [], **response_kwargs)
         return self._prepare_response_output(answer, list(additional_source_nodes or []))
 
     async def asynthesize(
@@ -54,22 +123,77 @@ class MemoryResponseSynthesizer(CompactAndRefine):
             return await super().asynthesize(
                 query, nodes, additional_source_nodes, **response_kwargs
             )
-        prompt = self._no_memory_prompt(query)
-        if self._streaming:
-            answer = await self._llm.astream(prompt, context_str="", **response_kwargs)
-        else:
-            answer = await self._llm.apredict(prompt, context_str="", **response_kwargs)
+        answer = await self.aget_response(_query_str(query), [], **response_kwargs)
         return self._prepare_response_output(answer, list(additional_source_nodes or []))
 
-    def _no_memory_prompt(self, query: QueryTextType) -> Any:
-        query_str = query.query_str if isinstance(query, QueryBundle) else str(query)
-        return self._text_qa_template.partial_format(query_str=query_str)
+    def get_response(
+        self, query_str: str, text_chunks: Sequence[str], **response_kwargs: Any
+    ) -> RESPONSE_TEXT_TYPE:
+        prompt, context_str = self._prompt(query_str, text_chunks, response_kwargs)
+        if self._streaming:
+            return self._llm.stream(prompt, context_str=context_str, **response_kwargs)
+        return self._llm.predict(prompt, context_str=context_str, **response_kwargs)
+
+    async def aget_response(
+        self, query_str: str, text_chunks: Sequence[str], **response_kwargs: Any
+    ) -> RESPONSE_TEXT_TYPE:
+        prompt, context_str = self._prompt(query_str, text_chunks, response_kwargs)
+        if self._streaming:
+            return await self._llm.astream(prompt, context_str=context_str, **response_kwargs)
+        return await self._llm.apredict(prompt, context_str=context_str, **response_kwargs)
+
+    def _prompt(
+        self, query_str: str, text_chunks: Sequence[str], response_kwargs: Dict[str, Any]
+    ) -> tuple[BasePromptTemplate, str]:
+        """The template with query and today filled in, and the ``context_str`` that fits."""
+        prompt = self._text_qa_template.partial_format(query_str=query_str)
+        if self._today:
+            prompt = prompt.partial_format(today=self._today)
+        memories = [" ".join(text.split()) for text in text_chunks]  # one line each
+        return prompt, self._fit(prompt, memories, response_kwargs)
+
+    def _fit(
+        self, prompt: BasePromptTemplate, memories: List[str], response_kwargs: Dict[str, Any]
+    ) -> str:
+        """All memories for ``context_str``; if too long, cut to the longest common length that fits."""
+        window, num_output = self._prompt_helper.context_window, self._prompt_helper.num_output
+        budget = window - num_output
+
+        def fits(limit: Optional[int]) -> bool:
+            messages = prompt.format_messages(
+                llm=self._llm, context_str=_join(memories, limit), **response_kwargs
+            )
+            tokens = sum(
+                len(Settings.tokenizer(str(message.content or ""))) + _TOKENS_PER_MESSAGE
+                for message in messages
+            )
+            return tokens <= budget
+
+        if not memories or fits(None):
+            return _join(memories, None)
+        if not fits(0):
+            raise ValueError(
+                f"the prompt does not fit the LLM's context_window={window} minus "
+                f"num_output={num_output} even with every memory cut to its date"
+            )
+        fitting, too_long = 0, max(map(len, memories))
+        while too_long - fitting > 1:
+            middle = (fitting + too_long) // 2
+            fitting, too_long = (middle, too_long) if fits(middle) else (fitting, middle)
+        return _join(memories, fitting)
+
+
+def _query_str(query: QueryTextType) -> str:
+    return query.query_str if isinstance(query, QueryBundle) else str(query)
 
 
 class RecencyChatEngine(ContextChatEngine):
-    """``ContextChatEngine`` with the B-format context template that answers without memories too.
+    """``ContextChatEngine`` with the B-format context template, one LLM call per message
+    (memories only inside the escaped block, cut to fit the window), and an answer when
+    no memory passes too.
 
-    Build it like the stock engine::
+    Build it like the stock engine; ``today`` sets the prompt's date (default: the
+    current date at each message)::
 
         RecencyChatEngine.from_defaults(
             retriever=index.as_retriever(similarity_top_k=8),
@@ -79,19 +203,30 @@ class RecencyChatEngine(ContextChatEngine):
         )
     """
 
+    def __init__(self, *args: Any, today: TodayLike = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._today = _memory_day(today)
+
     @classmethod
-    def from_defaults(cls, retriever: Any, **kwargs: Any) -> "RecencyChatEngine":
-        kwargs.setdefault("context_template", RETRIEVED_MEMORY_CONTEXT_TEMPLATE)
-        return super().from_defaults(retriever, **kwargs)  # type: ignore[return-value]
+    def from_defaults(
+        cls, retriever: Any, today: TodayLike = None, **kwargs: Any
+    ) -> "RecencyChatEngine":
+        day = _memory_day(today)
+        kwargs["context_template"] = (
+            kwargs.get("context_template") or RETRIEVED_MEMORY_CONTEXT_TEMPLATE
+        )
+        engine = super().from_defaults(retriever, **kwargs)
+        engine._today = day
+        return engine  # type: ignore[return-value]
 
     def _get_response_synthesizer(
         self, chat_history: List[ChatMessage], streaming: bool = False
-    ) -> CompactAndRefine:
+    ) -> BaseSynthesizer:  # type: ignore[override]
         stock = super()._get_response_synthesizer(chat_history, streaming)
         return MemoryResponseSynthesizer(
             llm=self._llm,
             callback_manager=self.callback_manager,
-            text_qa_template=stock._text_qa_template,
-            refine_template=stock._refine_template,
+            text_qa_template=stock.get_prompts()["text_qa_template"],
             streaming=streaming,
+            today=self._today,
         )
