@@ -137,15 +137,18 @@ def _edge_store(
         path = tempfile.mkdtemp(prefix="llama-index-recency-")
     elif Path(path).is_file():
         raise NotADirectoryError(f"the memory store path {path} is a file, not a directory")
-    store = _open_edge(Path(path), collection_name, dimensions=identity["dimensions"])
+    store = _open_edge(Path(path), collection_name)
+    if store.dimensions is None:  # a new shard: create it now, so opening holds the lock
+        store = _open_edge(Path(path), collection_name, dimensions=identity["dimensions"])
     if temporary:
         weakref.finalize(store, shutil.rmtree, path, ignore_errors=True)
     recorded = store.metadata.get(EMBEDDING_METADATA_KEY)
-    if recorded is None:
+    if recorded is None and store.dimensions in (None, identity["dimensions"]):
         store.update_metadata({EMBEDDING_METADATA_KEY: identity})
     elif recorded != identity:
         store.close()
-        raise _mismatch(collection_name, recorded, identity)
+        raise _mismatch(collection_name, recorded or {"model": "an unrecorded model",
+                                                      "dimensions": store.dimensions}, identity)
     return store
 
 

@@ -189,3 +189,10 @@ def test_killed_writer_on_edge_loses_nothing(tmp_path: Path) -> None:
     index = open_memory_index(embed(), path=tmp_path)
     assert count_memories(index) == len(MEMORIES)
     assert top3(index) == TOP3
+
+
+def test_a_shard_of_another_dimension_is_refused_as_a_mismatch(tmp_path: Path) -> None:
+    edge = QdrantEdgeVectorStore(tmp_path / "edge" / "memories", dimensions=3)
+    edge.close()
+    with pytest.raises(EmbeddingMismatchError, match="an unrecorded model.*3 dims.*9 dims"):
+        open_memory_index(embed(), path=tmp_path)
