@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import re
+
+import httpx
 import pytest
+from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.bridge.pydantic import BaseModel
+from llama_index.core.prompts import PromptTemplate
+from llama_index.core.tools import FunctionTool
 
 from llama_index_recency import (
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
@@ -15,7 +23,7 @@ from llama_index_recency import (
     openai_like_llm,
 )
 
-from conftest import QUERY, OpenAIServer, KnownCosineEmbedding, cosines_for
+from conftest import QUERY, KnownCosineEmbedding, OpenAIServer, ToolCall, cosines_for
 
 TODAY = "2026-09-10"
 MEMORIES = [
@@ -68,7 +76,10 @@ def test_query_engine_sends_b_format_with_thinking_off(index, openai_server: Ope
     assert [round(n.score, 3) for n in response.source_nodes] == [0.482, 0.467]
     (request,) = openai_server.requests
     assert request["model"] == "qwen-test"
+    # Thinking off in DashScope's form and in vLLM's / SGLang's.
     assert request["enable_thinking"] is False
+    assert request["chat_template_kwargs"] == {"enable_thinking": False}
+    assert "tools" not in request and "tool_choice" not in request
     system, user = request["messages"]
     assert system["role"] == "system" and user == {"role": "user", "content": QUERY}
     assert system["content"].startswith(f"Today is {TODAY}.")
@@ -188,3 +199,106 @@ def test_llm_factory_needs_an_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RECENCY_LLM_MODEL", "qwen-env")
     configured = openai_like_llm()
     assert (configured.api_base, configured.model) == ("http://127.0.0.1:9/v1", "qwen-env")
+
+
+# -- the loopback server validates like vLLM -------------------------------------------------
+
+USER = [{"role": "user", "content": "hi"}]
+TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (b"not json", "the body is not JSON"),
+        ({"model": "m"}, "`messages` must be a non-empty list"),
+        ({"model": "m", "messages": []}, "`messages` must be a non-empty list"),
+        ({"model": "m", "messages": [{"role": "narrator", "content": "x"}]}, "role must be one of"),
+        ({"model": "m", "messages": [{"role": "user", "content": 3}]}, "content must be a string or a list"),
+        ({"model": "m", "messages": USER, "tool_choice": "required"},
+         "When using `tool_choice`, `tools` must be set."),
+        ({"model": "m", "messages": USER, "tools": [], "tool_choice": "auto"},
+         "When using `tool_choice`, `tools` must be set."),
+        ({"model": "m", "messages": USER, "tools": [{"type": "function", "function": {"name": "x"}}]},
+         "tools\\[0\\] must be"),
+        ({"model": "m", "messages": USER, "tools": [TOOL],
+          "tool_choice": {"type": "function", "function": {"name": "other"}}},
+         "Tool 'other' has not been passed in `tools`."),
+        ({"model": "m", "messages": USER, "response_format": {"type": "yaml"}},
+         "`response_format` type must be one of"),
+        ({"model": "m", "messages": USER, "response_format": {"type": "json_schema"}},
+         "'json_schema' field must be provided"),
+    ],
+)
+def test_server_rejects_what_vllm_rejects(openai_server: OpenAIServer, body, error) -> None:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    answer = httpx.post(f"{openai_server.base_url}/chat/completions", content=content,
+                        headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400
+    assert re.search(error, answer.json()["error"]["message"])
+    assert len(openai_server.rejected) == 1
+
+
+def test_server_accepts_extra_fields_tools_and_tool_history(openai_server: OpenAIServer) -> None:
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c", "content": "42"},
+        ],
+        "tools": [TOOL],
+        "tool_choice": "auto",
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}},
+        "enable_thinking": False,
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+    answer = httpx.post(f"{openai_server.base_url}/chat/completions", json=body)
+    assert answer.status_code == 200 and openai_server.rejected == []
+
+
+def test_structured_predict_sends_its_tool_with_a_named_choice(openai_server: OpenAIServer) -> None:
+    """With a function-calling LLM, LlamaIndex's structured_predict offers the schema as a tool;
+    "required" with one tool is sent as that tool's name (vLLM before 0.8.3 knows only that)."""
+
+    class Song(BaseModel):
+        """A song the user likes."""
+
+        title: str
+
+    openai_server.reply = ToolCall("Song", {"title": "Lemon"})
+    song = llm(openai_server).structured_predict(Song, PromptTemplate("Name a song about {x}."), x="fruit")
+    assert song == Song(title="Lemon")
+    (request,) = openai_server.requests
+    assert [tool["function"]["name"] for tool in request["tools"]] == ["Song"]
+    assert request["tool_choice"] == {"type": "function", "function": {"name": "Song"}}
+
+
+async def test_function_agent_calls_a_tool_over_the_wire(openai_server: OpenAIServer) -> None:
+    looked_up = []
+
+    def count_memories(topic: str) -> str:
+        """How many memories mention ``topic``."""
+        looked_up.append(topic)
+        return "3 memories mention trains"
+
+    openai_server.replies = [ToolCall("count_memories", {"topic": "trains"})]
+    openai_server.reply = "You told me about trains three times!"
+    agent = FunctionAgent(tools=[FunctionTool.from_defaults(count_memories)],
+                          llm=llm(openai_server), system_prompt="You are Mimi.")
+    response = await agent.run("How often did I mention trains?")
+
+    assert str(response) == "You told me about trains three times!"
+    assert looked_up == ["trains"]
+    assert openai_server.rejected == []
+    first, second = openai_server.requests
+    assert [tool["function"]["name"] for tool in first["tools"]] == ["count_memories"]
+    assert first["chat_template_kwargs"] == {"enable_thinking": False}
+    assert second["messages"][-2]["tool_calls"][0]["function"] == {
+        "name": "count_memories", "arguments": json.dumps({"topic": "trains"})
+    }
+    assert second["messages"][-1] == {
+        "role": "tool", "content": "3 memories mention trains", "tool_call_id": "call-count_memories"
+    }

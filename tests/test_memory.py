@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from datetime import date, datetime, timezone
 
 import pytest
 from llama_index.core.schema import MetadataMode
 
 from llama_index_recency import example_memories, example_questions, memory_node
+from llama_index_recency.memory import MAX_FACT_CHARS, memory_id, with_subject
 
 
 def test_text_has_date_prefix_and_metadata_holds_iso_date() -> None:
@@ -31,6 +33,21 @@ def test_same_fact_and_date_give_the_same_id() -> None:
     assert first.node_id != other_day.node_id
 
 
+@pytest.mark.parametrize(
+    ("fact", "day", "golden"),
+    [
+        ("Taro drinks coffee black.", "2026-08-20", "79ecbc3f-1343-5b2e-b19d-4e5cfdcc88aa"),
+        ("Taro has been drinking sweet café au lait lately.", "2026-09-01",
+         "2248dc73-0db0-5bc2-a20f-17b56b899292"),
+        ("太郎は温泉が好き。", "2026-09-01T08:00:00+09:00", "0851fa58-000c-57b0-b051-1520386e6e44"),
+    ],
+)
+def test_memory_ids_are_pinned(fact: str, day: str, golden: str) -> None:
+    """Existing stores hold these ids: a changed uuid5 input would duplicate every memory."""
+    assert memory_id(fact, day) == golden
+    assert memory_node(fact, day).node_id == golden
+
+
 def test_datetime_keeps_its_offset_and_the_users_day() -> None:
     node = memory_node("Taro went for a walk.", "2026-09-01T08:00:00+09:00")
     assert node.metadata["date"] == "2026-09-01T08:00:00+09:00"
@@ -50,6 +67,40 @@ def test_datetime_keeps_its_offset_and_the_users_day() -> None:
 )
 def test_user_name_replaces_the_generic_subject(fact: str, expected: str) -> None:
     assert memory_node(fact, "2026-09-01", user_name="Taro").text == f"2026-09-01: {expected}"
+
+
+@pytest.mark.parametrize(
+    ("fact", "name", "expected"),
+    [
+        ("ユーザーは温泉が好き。", "太郎", "太郎は温泉が好き。"),
+        ("ユーザーの好物は明太子パスタ。", "太郎", "太郎の好物は明太子パスタ。"),
+        ("ユーザーさんはエンドユーザー向けの記事を書いた。", "太郎",
+         "太郎さんはエンドユーザー向けの記事を書いた。"),  # not inside a longer katakana word
+        ("The user met the user's friend.", "Jo\\e", "Jo\\e met Jo\\e's friend."),
+        ("User likes trains.", "A\\1B", "A\\1B likes trains."),
+        ("The user likes trains.", "\\g<0>", "\\g<0> likes trains."),
+    ],
+)
+def test_with_subject_replaces_both_placeholders_literally(fact: str, name: str,
+                                                            expected: str) -> None:
+    assert with_subject(fact, name) == expected
+
+
+@pytest.mark.parametrize("name", ["Ta\nro", "Taro\r", "Ta\x1bro", "Ta\u2029ro", "", "  "])
+def test_names_with_control_characters_or_blank_are_refused(name: str) -> None:
+    with pytest.raises(ValueError, match=f"user_name {re.escape(repr(name))} (contains|is blank)"):
+        memory_node("The user likes trains.", "2026-09-01", user_name=name)
+
+
+def test_a_fact_longer_than_the_limit_is_refused_naming_length_and_limit() -> None:
+    assert MAX_FACT_CHARS == 1000
+    longest = "The user likes " + "x" * (MAX_FACT_CHARS - len("The user likes ."))  + "."
+    assert memory_node(longest, "2026-09-01").text == f"2026-09-01: {longest}"
+    with pytest.raises(ValueError, match="at most 1000 characters; this one has 1001 "):
+        memory_node(longest + "!", "2026-09-01")
+    # The limit applies to the stored text, after the name is filled in.
+    with pytest.raises(ValueError, match="this one has 1002 "):
+        memory_node(longest, "2026-09-01", user_name="Mr. Yamada")
 
 
 @pytest.mark.parametrize(("fact", "day"), [("", "2026-09-01"), ("ok", "yesterday"), ("ok", 1756684800)])
