@@ -7,9 +7,9 @@ import re
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
+from conftest import KnownCosineEmbedding, cosines_for
 from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
 
-from conftest import KnownCosineEmbedding, cosines_for
 from llama_index_recency import (
     MemoryDateError,
     RecencyBonusPostprocessor,
