@@ -33,9 +33,8 @@ from qdrant_client import models
 from llama_index_recency.filters import to_qdrant_filter
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 from llama_index_recency.search import MemorySearch, SearchPlan, dated_filter, exact_recency_search
-
-USER_ID_KEY = "user_id"
-"""Metadata / payload key scoping a memory to one user."""
+from llama_index_recency.store import qdrant_selection
+from llama_index_recency.updates import USER_ID_KEY, with_successors
 
 
 class QdrantRecencyRetriever(BaseRetriever):
@@ -111,7 +110,10 @@ class QdrantRecencyRetriever(BaseRetriever):
     # --- one plan, two drivers ---------------------------------------------------------------
 
     def _plan(self) -> SearchPlan:
-        return exact_recency_search(self._policy, self._policy.reference(), self._filters)
+        """The exact ranking, then each superseded memory's newest successor placed before it."""
+        reference = self._policy.reference()
+        ranking = yield from exact_recency_search(self._policy, reference, self._filters)
+        return (yield from with_successors(ranking, self._policy, reference, self._filters))
 
     def _drive(self, plan: SearchPlan, vector: List[float]) -> RecencyRanking:
         try:
@@ -137,16 +139,15 @@ class QdrantRecencyRetriever(BaseRetriever):
         """The engine's form of one search: Edge reads MetadataFilters itself; for
         qdrant-client they become a Qdrant filter, and the search is exact (no HNSW)."""
         filters = search.metadata_filters(self._policy.date_key)
+        ids = None if search.ids is None else list(search.ids)
         if isinstance(self._vector_store, QdrantVectorStore):
             query = VectorStoreQuery(query_embedding=vector, similarity_top_k=search.limit)
-            kwargs: dict[str, Any] = {
-                "qdrant_filters": None if filters is None else to_qdrant_filter(filters)
-            }
+            kwargs: dict[str, Any] = {"qdrant_filters": qdrant_selection(ids, filters)}
             if not _is_local(self._vector_store.client or self._vector_store._aclient):
                 kwargs["search_params"] = models.SearchParams(exact=True)  # a server's HNSW is approximate
             return query, kwargs
         query = VectorStoreQuery(
-            query_embedding=vector, similarity_top_k=search.limit, filters=filters
+            query_embedding=vector, similarity_top_k=search.limit, filters=filters, node_ids=ids
         )
         return query, {}
 

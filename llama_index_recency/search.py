@@ -55,13 +55,15 @@ EARLIEST_DATE = "0001-01-01T00:00:00+00:00"
 class MemorySearch:
     """One plain cosine search: the top ``limit`` memories, only those dated ``since`` if set.
 
-    ``filters`` is the caller's scope (a user, a kind, ...), applied inside the search.
+    ``filters`` is the caller's scope (a user, a kind, ...), applied inside the search;
+    ``ids`` restricts it to those memories (to score known ones, such as successors).
     """
 
     limit: int
     filters: Optional[MetadataFilters] = None
     since: Optional[datetime] = None
     undated_only: bool = False
+    ids: Optional[tuple[str, ...]] = None
 
     def metadata_filters(self, date_key: str) -> Optional[MetadataFilters]:
         """The whole condition as LlamaIndex ``MetadataFilters``: scope AND the date condition."""

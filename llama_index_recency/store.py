@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,11 +31,13 @@ from typing import Any, Optional
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode
+from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import AsyncQdrantClient, QdrantClient, models
 
 from llama_index_recency.edge import MemoryStoreLockedError, QdrantEdgeVectorStore
 from llama_index_recency.embeddings import EmbeddingMismatchError
+from llama_index_recency.filters import to_qdrant_filter
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +62,7 @@ __all__ = [
     "check_memory_store",
     "close_memory_index",
     "count_memories",
+    "delete_memories",
     "get_memories",
     "migrate_store",
     "open_memory_index",
@@ -213,9 +216,64 @@ def count_memories(index: VectorStoreIndex) -> int:
     return store.client.count(store.collection_name, exact=True).count
 
 
-def get_memories(index: VectorStoreIndex) -> list[BaseNode]:
-    """Every memory node in the index's collection."""
-    return index.vector_store.get_nodes()
+def get_memories(
+    index: VectorStoreIndex,
+    ids: Optional[Sequence[str]] = None,
+    filters: Optional[MetadataFilters] = None,
+) -> list[BaseNode]:
+    """The memories with these ids AND matching ``filters`` (neither: all), embeddings included."""
+    return select_nodes(index.vector_store, ids, filters)
+
+
+def select_nodes(
+    store: BasePydanticVectorStore,
+    ids: Optional[Sequence[str]] = None,
+    filters: Optional[MetadataFilters] = None,
+) -> list[BaseNode]:
+    """:func:`get_memories` on a vector store (Edge, or qdrant-client with a sync client)."""
+    if isinstance(store, QdrantEdgeVectorStore):
+        return store.get_nodes(node_ids=None if ids is None else list(ids), filters=filters)
+    if not store.client.collection_exists(store.collection_name):
+        return []
+    nodes: list[BaseNode] = []
+    offset = None
+    while True:  # QdrantVectorStore.get_nodes stops at 9,999 and ORs ids with filters
+        records, offset = store.client.scroll(
+            store.collection_name, scroll_filter=qdrant_selection(ids, filters),
+            limit=_COPY_BATCH, offset=offset, with_payload=True, with_vectors=True,
+        )
+        nodes.extend(store.parse_to_query_result(records).nodes)
+        if offset is None:
+            return nodes
+
+
+def delete_memories(
+    index: VectorStoreIndex,
+    ids: Optional[Sequence[str]] = None,
+    filters: Optional[MetadataFilters] = None,
+) -> None:
+    """Delete the memories with these ids AND matching ``filters``; one of them is required."""
+    if ids is None and (filters is None or not filters.filters):
+        raise ValueError("name the memories to delete: ids, filters, or both")
+    store = index.vector_store
+    if isinstance(store, QdrantEdgeVectorStore):
+        store.delete_nodes(node_ids=None if ids is None else list(ids), filters=filters)
+    elif store.client.collection_exists(store.collection_name):
+        store.client.delete(
+            store.collection_name,
+            points_selector=models.FilterSelector(filter=qdrant_selection(ids, filters)),
+        )
+
+
+def qdrant_selection(
+    ids: Optional[Sequence[str]], filters: Optional[MetadataFilters]
+) -> Optional[models.Filter]:
+    must: list[Any] = []
+    if ids is not None:
+        must.append(models.HasIdCondition(has_id=list(ids)))
+    if filters is not None and filters.filters:
+        must.append(to_qdrant_filter(filters))
+    return models.Filter(must=must) if must else None
 
 
 def close_memory_index(index: VectorStoreIndex) -> None:

@@ -1,0 +1,198 @@
+"""Updated facts and forgetting: successor links between memories, kept consistent on delete.
+
+A later fact that updates an earlier one (black coffee → sweet café au lait) is stored
+with ``supersedes`` naming the earlier memories, and each of those gets
+``superseded_by`` naming it: a payload update, never a delete, so the history stays and
+the character can still say "you switched from black coffee". The recency bonus alone
+cannot surface an update whose cosine is far below the fact it replaced; the link can
+(see :class:`~llama_index_recency.QdrantRecencyRetriever`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import replace
+from datetime import date, datetime
+from typing import Optional
+
+from llama_index.core import VectorStoreIndex
+from llama_index.core.schema import BaseNode, NodeWithScore
+from llama_index.core.vector_stores.types import (
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+)
+
+from llama_index_recency.scoring import RankedMemory, RecencyPolicy, RecencyRanking, parse_memory_date
+from llama_index_recency.search import MemorySearch, SearchPlan
+from llama_index_recency.store import delete_memories, get_memories
+
+SUPERSEDES_KEY = "supersedes"
+"""Metadata key: ids of the earlier memories a memory updates or contradicts."""
+
+SUPERSEDED_BY_KEY = "superseded_by"
+"""Metadata key: ids of the later memories that update this one."""
+
+USER_ID_KEY = "user_id"
+"""Metadata key scoping a memory to one user."""
+
+LINK_KEYS = (SUPERSEDES_KEY, SUPERSEDED_BY_KEY)
+
+LinkChange = tuple[str, set[str], set[str]]
+"""(metadata key, ids to add, ids to remove) for one memory's link list."""
+
+
+def insert_memories(index: VectorStoreIndex, nodes: Sequence[BaseNode]) -> None:
+    """Store ``nodes`` and mark every memory they supersede with ``superseded_by``."""
+    index.insert_nodes(list(nodes))
+    changes: dict[str, list[LinkChange]] = {}
+    for node in nodes:
+        for old_id in node.metadata.get(SUPERSEDES_KEY) or []:
+            changes.setdefault(old_id, []).append((SUPERSEDED_BY_KEY, {node.node_id}, set()))
+    _update_links(index, changes)
+
+
+def forget(
+    index: VectorStoreIndex,
+    ids: Optional[Sequence[str]] = None,
+    *,
+    user_id: Optional[str] = None,
+    before: Optional[date | datetime | str] = None,
+    filters: Optional[MetadataFilters] = None,
+) -> int:
+    """Delete memories for real; returns how many were deleted.
+
+    Selects the memories with ``ids`` AND of ``user_id`` AND dated before ``before`` AND
+    matching ``filters``; at least one is required (nothing deletes everything by
+    accident). Links are kept consistent: memories that named a deleted one in
+    ``supersedes`` or ``superseded_by`` no longer do.
+    """
+    scope = memory_scope(user_id=user_id, before=before, filters=filters)
+    if ids is None and scope is None:
+        raise ValueError("forget needs ids, user_id, before or filters; it never deletes everything")
+    doomed = get_memories(index, ids, scope)
+    if not doomed:
+        return 0
+    gone = {node.node_id for node in doomed}
+    delete_memories(index, sorted(gone))
+    changes: dict[str, list[LinkChange]] = {}
+    for node in doomed:
+        for key, back_key in ((SUPERSEDES_KEY, SUPERSEDED_BY_KEY), (SUPERSEDED_BY_KEY, SUPERSEDES_KEY)):
+            for other in node.metadata.get(key) or []:
+                if other not in gone:
+                    changes.setdefault(other, []).append((back_key, set(), {node.node_id}))
+    _update_links(index, changes)
+    return len(doomed)
+
+
+def memory_scope(
+    *,
+    user_id: Optional[str] = None,
+    before: Optional[date | datetime | str] = None,
+    filters: Optional[MetadataFilters] = None,
+    date_key: str = "date",
+) -> Optional[MetadataFilters]:
+    """``filters`` AND ``user_id == user_id`` AND ``date < before``, or None for no condition."""
+    conditions: list[MetadataFilter | MetadataFilters] = []
+    if filters is not None and filters.filters:
+        conditions.append(filters)
+    if user_id is not None:
+        conditions.append(MetadataFilter(key=USER_ID_KEY, operator=FilterOperator.EQ, value=user_id))
+    if before is not None:
+        instant = parse_memory_date(before)  # ValueError names a bad value
+        conditions.append(
+            MetadataFilter(key=date_key, operator=FilterOperator.LT, value=instant.isoformat())
+        )
+    return MetadataFilters(filters=conditions) if conditions else None
+
+
+def with_successors(
+    ranking: RecencyRanking,
+    policy: RecencyPolicy,
+    reference: datetime,
+    filters: Optional[MetadataFilters] = None,
+) -> SearchPlan:
+    """Put each kept memory's newest successor right before it, whatever the successor's score.
+
+    A plan step like :func:`~llama_index_recency.search.exact_recency_search`: it yields
+    searches restricted to linked ids (so the engine scores them, inside ``filters``)
+    and returns the ranking with successor rows ("successor of …") and the superseded
+    rows' reason extended ("kept; superseded by …").
+    """
+    successors: dict[str, NodeWithScore] = {}
+    for kept in ranking.nodes:
+        newest = yield from _newest_successor(kept.node, policy.date_key, filters)
+        if newest is not None:
+            successors[kept.node.node_id] = newest
+    if not successors:
+        return ranking
+    kept_ids = {n.node.node_id for n in ranking.nodes}
+    placed: set[str] = set()
+    nodes: list[NodeWithScore] = []
+    rows: list[RankedMemory] = []
+    by_id = {row.node_id: row for row in ranking.rows}
+    for kept in ranking.nodes:
+        node_id = kept.node.node_id
+        if node_id in placed:
+            continue
+        successor = successors.get(node_id)
+        if successor is not None and successor.node.node_id not in placed:
+            row = replace(policy.rank([successor], reference).rows[0], kept=True,
+                          reason=f"successor of {node_id}")
+            nodes.append(NodeWithScore(node=successor.node, score=row.final))
+            rows.append(row)
+            placed.add(successor.node.node_id)
+        nodes.append(kept)
+        placed.add(node_id)
+        reason = "kept" if successor is None else f"kept; superseded by {successor.node.node_id}"
+        rows.append(replace(by_id[node_id], reason=reason))
+    rows.extend(row for row in ranking.rows if row.node_id not in placed | kept_ids)
+    return RecencyRanking(rows=tuple(rows), nodes=tuple(nodes))
+
+
+def _newest_successor(
+    node: BaseNode, date_key: str, filters: Optional[MetadataFilters]
+) -> Generator[MemorySearch, Sequence[NodeWithScore], Optional[NodeWithScore]]:
+    """Follow ``superseded_by`` links from ``node``; the newest memory reached, scored."""
+    seen = {node.node_id}
+    frontier = sorted(set(node.metadata.get(SUPERSEDED_BY_KEY) or []) - seen)
+    found: list[NodeWithScore] = []
+    while frontier:
+        batch = yield MemorySearch(limit=len(frontier), filters=filters, ids=tuple(frontier))
+        seen.update(frontier)
+        found.extend(batch)
+        frontier = sorted(
+            {i for n in batch for i in n.node.metadata.get(SUPERSEDED_BY_KEY) or []} - seen
+        )
+    dated = [(n, when) for n in found if (when := _when(n.node, date_key)) is not None]
+    return max(dated, key=lambda pair: pair[1])[0] if dated else None
+
+
+def _when(node: BaseNode, date_key: str) -> Optional[datetime]:
+    try:
+        return parse_memory_date(node.metadata.get(date_key))
+    except ValueError:
+        return None
+
+
+def _update_links(index: VectorStoreIndex, changes: dict[str, list[LinkChange]]) -> None:
+    """Rewrite the link lists of the memories in ``changes``: (key, ids to add, ids to remove)."""
+    if not changes:
+        return
+    nodes = get_memories(index, sorted(changes))
+    for node in nodes:
+        for key, added, removed in changes[node.node_id]:
+            links = (set(node.metadata.get(key) or []) | added) - removed
+            if links:
+                node.metadata[key] = sorted(links)
+            else:
+                node.metadata.pop(key, None)
+        _exclude_links_from_text(node)
+    if nodes:
+        index.vector_store.add(nodes)  # same ids, same vectors: a payload update
+
+
+def _exclude_links_from_text(node: BaseNode) -> None:
+    """Link ids are bookkeeping: never embedded, never shown to the LLM."""
+    for excluded in (node.excluded_embed_metadata_keys, node.excluded_llm_metadata_keys):
+        excluded.extend(key for key in LINK_KEYS if key in node.metadata and key not in excluded)

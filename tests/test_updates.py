@@ -1,0 +1,105 @@
+"""Successor links for updated facts, and forget: on Qdrant Edge and on qdrant-client's local mode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llama_index_recency import QdrantRecencyRetriever, RecencyBonusPostprocessor, memory_node, open_memory_index
+from llama_index_recency.store import count_memories, get_memories, is_local_mode_store
+from llama_index_recency.updates import (
+    SUPERSEDED_BY_KEY,
+    SUPERSEDES_KEY,
+    forget,
+    insert_memories,
+)
+
+from conftest import QUERY, KnownCosineEmbedding, cosines_for
+
+TODAY = "2026-09-10"
+BLACK = memory_node("Taro drinks coffee black.", "2026-05-20", metadata={"user_id": "taro"})
+# The update scores far below the fact it replaces: 0.50 + 0.05·exp(-9/14) = 0.526 vs 0.60.
+LATTE = memory_node("Taro switched to sweet café au lait.", "2026-09-01",
+                    metadata={"user_id": "taro", SUPERSEDES_KEY: [BLACK.node_id]})
+TEA = memory_node("Taro now only drinks green tea.", "2026-09-08",
+                  metadata={"user_id": "taro", SUPERSEDES_KEY: [LATTE.node_id]})
+TRAINS = memory_node("Taro likes trains.", "2026-08-01", metadata={"user_id": "taro"})
+HANAKO = memory_node("Hanako drinks coffee black.", "2026-05-20", metadata={"user_id": "hanako"})
+RAWS = [(BLACK, 0.60), (LATTE, 0.30), (TEA, 0.20), (TRAINS, 0.46), (HANAKO, 0.59)]
+
+
+@pytest.fixture(params=["edge", "qdrant-client"])
+def index(request: pytest.FixtureRequest, tmp_path: Path):
+    embed = KnownCosineEmbedding(cosines_for([n for n, _ in RAWS], [raw for _, raw in RAWS]))
+    if request.param == "qdrant-client":
+        from qdrant_client import QdrantClient
+
+        QdrantClient(path=str(tmp_path)).close()  # a 0.1.0-style local-mode directory
+        assert is_local_mode_store(tmp_path)
+    return open_memory_index(embed, path=tmp_path)
+
+
+def fresh(node):
+    return node.model_copy(deep=True)
+
+
+def retrieve(index, **kwargs):
+    retriever = QdrantRecencyRetriever.from_index(
+        index, RecencyBonusPostprocessor(reference_date=TODAY), **kwargs
+    )
+    return retriever, retriever.retrieve(QUERY)
+
+
+def test_a_passing_superseded_memory_brings_its_newest_successor_first(index) -> None:
+    insert_memories(index, [fresh(n) for n in (BLACK, TRAINS, HANAKO)])
+    insert_memories(index, [fresh(LATTE)])
+    insert_memories(index, [fresh(TEA)])
+    stored = {n.node_id: n for n in get_memories(index)}
+    assert stored[BLACK.node_id].metadata[SUPERSEDED_BY_KEY] == [LATTE.node_id]
+    assert stored[LATTE.node_id].metadata[SUPERSEDED_BY_KEY] == [TEA.node_id]
+    assert SUPERSEDED_BY_KEY not in stored[BLACK.node_id].get_content(metadata_mode="llm")
+
+    retriever, found = retrieve(index, user_id="taro")
+    # TEA (0.20 raw) is far under the threshold, but it is BLACK's newest successor.
+    assert [n.node.node_id for n in found] == [TEA.node_id, BLACK.node_id, TRAINS.node_id]
+    assert found[0].score == pytest.approx(0.20 + 0.05 * 2.718281828 ** (-2 / 14), abs=1e-6)
+    rows = {row.node_id: row.reason for row in retriever.explain(QUERY).rows}
+    assert rows[TEA.node_id] == f"successor of {BLACK.node_id}"
+    assert rows[BLACK.node_id] == f"kept; superseded by {TEA.node_id}"
+
+
+def test_successors_stay_inside_the_scope(index) -> None:
+    leaked = memory_node("Hanako switched to tea.", "2026-09-09",
+                         metadata={"user_id": "hanako", SUPERSEDES_KEY: [BLACK.node_id]})
+    insert_memories(index, [fresh(n) for n in (BLACK, TRAINS, HANAKO)])
+    # A (wrong) cross-user link must not bring hanako's memory into taro's prompt.
+    leaked.embedding = [0.1] + [0.0] * len(RAWS)
+    leaked.embedding[1] = (1 - 0.01) ** 0.5
+    insert_memories(index, [leaked])
+    _, found = retrieve(index, user_id="taro")
+    assert {n.node.metadata["user_id"] for n in found} == {"taro"}
+
+
+def test_forget_by_id_by_user_and_by_date_keeps_links_consistent(index) -> None:
+    insert_memories(index, [fresh(n) for n in (BLACK, TRAINS, HANAKO)])
+    insert_memories(index, [fresh(LATTE)])
+    insert_memories(index, [fresh(TEA)])
+
+    assert forget(index, [LATTE.node_id]) == 1
+    stored = {n.node_id: n for n in get_memories(index)}
+    assert SUPERSEDED_BY_KEY not in stored[BLACK.node_id].metadata
+    assert SUPERSEDES_KEY not in stored[TEA.node_id].metadata
+
+    assert forget(index, user_id="taro", before="2026-06-01") == 1  # BLACK only, not hanako's
+    assert {n.node_id for n in get_memories(index)} == {TRAINS.node_id, TEA.node_id, HANAKO.node_id}
+    assert forget(index, user_id="hanako") == 1
+    assert forget(index, ["5f1d6e3c-0000-4000-8000-000000000000"]) == 0  # no such memory
+    assert count_memories(index) == 2
+
+
+def test_forget_refuses_to_delete_everything_and_bad_dates(index) -> None:
+    with pytest.raises(ValueError, match="never deletes everything"):
+        forget(index)
+    with pytest.raises(ValueError, match="'31/08/2026'"):
+        forget(index, before="31/08/2026")
