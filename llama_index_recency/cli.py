@@ -147,7 +147,8 @@ def _describe(error: Exception) -> tuple[str, int]:
                           MemoryWriteError, PartialWriteError, LLMError)):
         return str(error), 1
     if isinstance(error, NotADirectoryError):
-        return f"{error.filename or error} is a file, not a memory store directory", 1
+        return (f"{error.filename} is a file, not a memory store directory" if error.filename
+                else str(error)), 1
     if isinstance(error, PermissionError):
         return f"permission denied: {error.filename or error} ({error.strerror})", 1
     if isinstance(error, OSError) and error.strerror:
@@ -484,7 +485,8 @@ class _Session:
         """The memory index at ``location``, released after; a local store is checked
         (lock, missing, a file) before the model loads. Only writing commands create one."""
         if location.path is not None:
-            check_memory_store(str(location.path), must_exist=not writes)
+            check_memory_store(location.path, must_exist=not writes,
+                               collection_name=location.collection)
         index = location.open(self.embedding(model))
         try:
             yield index
@@ -853,7 +855,7 @@ def _list(args: argparse.Namespace, session: _Session) -> int:
     """Print the store's memories, oldest first; needs no embedding model."""
     location = _Location.of(args, default_store_path())
     if location.path is not None:
-        check_memory_store(str(location.path), must_exist=True)
+        check_memory_store(location.path, must_exist=True, collection_name=location.collection)
     index = location.open(None)
     try:
         nodes = get_memories(index)

@@ -1,0 +1,467 @@
+"""The command's failures: one line on stderr naming the problem, a non-zero exit, no traceback.
+
+Also literal printing of user and LLM text, partial-write reports, and store refusals.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import KnownCosineEmbedding
+from test_cli import requires_store_check, requires_unembedded_open
+
+from llama_index_recency import memory_node
+from llama_index_recency.cli import main
+
+MEMORY = ("The user drinks coffee black.", "2026-09-01")
+QUESTION = "How do I take my coffee?"
+
+
+@pytest.fixture(autouse=True)
+def wide_terminal_without_llm(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "220")
+    monkeypatch.delenv("RECENCY_LLM_BASE_URL", raising=False)
+    monkeypatch.delenv("RECENCY_DEBUG", raising=False)
+
+
+def error_line(err: str) -> str:
+    """The whole of stderr, which must be one ``error: …`` line."""
+    assert err.count("\n") == 1 and err.startswith("error: "), err
+    assert "Traceback" not in err
+    return err.rstrip("\n")
+
+
+def embedding_for(*memories: tuple[str, str], raw: float = 0.5) -> KnownCosineEmbedding:
+    return KnownCosineEmbedding({memory_node(fact, day).get_content(): raw
+                                 for fact, day in memories})
+
+
+@pytest.fixture
+def store_with_a_memory(tmp_path: Path) -> Iterator[tuple[str, KnownCosineEmbedding]]:
+    store, embed = str(tmp_path / "store"), embedding_for(MEMORY)
+    assert main(["add", MEMORY[0], "--date", MEMORY[1], "--store", store], embed_model=embed) == 0
+    yield store, embed
+
+
+# --- item 2: user and LLM text is printed literally ---------------------------------------
+
+MARKUP_FACTS = (
+    ("The user wrote [/b] in a regex.", "2026-09-01"),
+    ("The user likes [bold]bold[/bold] and [link=https://evil.example]links[/link].", "2026-09-02"),
+    ("The user pasted \x1b]8;;https://evil.example\x1b\\this\x1b]8;;\x1b\\ once.", "2026-09-03"),
+)
+
+
+@requires_store_check
+@requires_unembedded_open
+def test_markup_in_memories_and_replies_is_shown_verbatim(openai_server, monkeypatch,
+                                                          tmp_path: Path, capsys) -> None:
+    store, embed = str(tmp_path / "store"), embedding_for(*MARKUP_FACTS)
+    for fact, day in MARKUP_FACTS:
+        assert main(["add", fact, "--date", day, "--key", "[red]k[/]", "--store", store],
+                    embed_model=embed) == 0
+    assert main(["list", "--store", store]) == 0
+    listed = capsys.readouterr().out
+    monkeypatch.setenv("RECENCY_LLM_BASE_URL", openai_server.base_url)
+    openai_server.reply = "You wrote [/b] and [link=https://evil.example]this[/link]."
+    assert main(["ask", "What did I write [/b]?", "--store", store, "--today", "2026-09-10",
+                 "--threshold", "0.3"], embed_model=embed) == 0
+    asked = capsys.readouterr()
+    assert asked.err == ""
+    for out in (listed, asked.out):
+        assert "2026-09-01: The user wrote [/b] in a regex." in out
+        assert "[bold]bold[/bold] and [link=https://evil.example]links[/link]" in out
+        assert "\\x1b]8;;https://evil.example\\x1b\\this" in out  # shown, not sent
+        assert "\x1b" not in out and "\x1b]8;" not in out
+    assert "[red]k[/]" in listed
+    assert "What did I write [/b]?" in asked.out
+    assert "You wrote [/b] and [link=https://evil.example]this[/link]." in asked.out
+
+
+def test_markup_in_an_error_message_is_shown_verbatim(tmp_path: Path, capsys) -> None:
+    missing = tmp_path / "[bold]x[/] [/b].json"
+    assert main(["add", "--file", str(missing), "--store", str(tmp_path / "store")]) == 2
+    assert error_line(capsys.readouterr().err) == f"error: memory file {missing} does not exist"
+
+
+# --- item 7: bad input gives one line ----------------------------------------------------
+
+GOOD_ITEM = {"fact": "The user likes tea.", "date": "2026-09-01"}
+
+BAD_MEMORY_FILES = {
+    "malformed JSON": (b'{"memories": [', "is not valid JSON: Expecting value at line 1 column 15"),
+    "top-level list": (json.dumps([GOOD_ITEM]).encode(),
+                       'expected a JSON object with a "memories" list, got a list'),
+    "no memories": (json.dumps({"facts": [GOOD_ITEM]}).encode(),
+                    'expected a JSON object with a "memories" list, got an object'),
+    "no fact": (json.dumps({"memories": [GOOD_ITEM, {"date": "2026-09-01"}]}).encode(),
+                'memory 2: no "fact" (e.g. "fact": "The user likes tea.")'),
+    "no date": (json.dumps({"memories": [{"fact": "The user likes tea."}]}).encode(),
+                'memory 1: no "date" (e.g. "date": "2026-09-01")'),
+    "numeric date": (json.dumps({"memories": [{**GOOD_ITEM, "date": 20260901}]}).encode(),
+                     'memory 1: "date" must be a string like "2026-09-01", got 20260901'),
+    "impossible date": (json.dumps({"memories": [{**GOOD_ITEM, "date": "2026-02-30"}]}).encode(),
+                        "memory 1: not an ISO 8601 date: '2026-02-30'"),
+    "Latin-1 bytes": ('{"memories": [{"fact": "The user likes café.", "date": "2026-09-01"}]}'
+                      .encode("latin-1"), "is not UTF-8 text (byte 0xe9 at offset 42); save it as UTF-8"),
+    "memory not an object": (json.dumps({"memories": ["The user likes tea."]}).encode(),
+                             "memory 1: expected an object, got a string"),
+}
+
+
+@pytest.mark.parametrize("content, message", BAD_MEMORY_FILES.values(), ids=BAD_MEMORY_FILES)
+def test_a_bad_memory_file_is_one_line_and_stores_nothing(content: bytes, message: str,
+                                                          tmp_path: Path, capsys) -> None:
+    path, store = tmp_path / "memories.json", tmp_path / "store"
+    path.write_bytes(content)
+    assert main(["add", "--file", str(path), "--store", str(store)]) == 2
+    line = error_line(capsys.readouterr().err)
+    assert line.startswith(f"error: memory file {path}") and line.endswith(message)
+    assert not store.exists()  # refused before the store was even opened
+
+
+@requires_store_check
+@requires_unembedded_open
+def test_a_utf8_bom_is_accepted(tmp_path: Path, capsys) -> None:
+    path, store = tmp_path / "memories.json", str(tmp_path / "store")
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"memories": [GOOD_ITEM]}).encode())
+    embed = embedding_for((GOOD_ITEM["fact"], GOOD_ITEM["date"]))
+    assert main(["add", "--file", str(path), "--store", store], embed_model=embed) == 0
+    assert capsys.readouterr().out == f"stored 1 new memory (1 in total) in {store}\n"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["add", ""], "error: llama-index-recency add: argument fact: the fact is empty (see --help)"),
+    (["add", " \t"], "error: llama-index-recency add: argument fact: the fact is empty (see --help)"),
+    (["ask", ""], "error: llama-index-recency ask: argument question: the question is empty "
+                  "(see --help)"),
+    (["ask", "  "], "error: llama-index-recency ask: argument question: the question is empty "
+                    "(see --help)"),
+    (["add", "caf\udce9"], "error: argument 2 is not UTF-8 text: b'caf\\xe9'"),
+    (["add", "The user likes tea.", "--date", "2026-02-30"],
+     "error: llama-index-recency add: argument --date: expected a date YYYY-MM-DD, got "
+     "'2026-02-30' (day is out of range for month) (see --help)"),
+])
+def test_bad_arguments_are_one_line(argv: list[str], message: str, tmp_path: Path,
+                                    capsys) -> None:
+    store = tmp_path / "store"
+    assert main([*argv, "--store", str(store)]) == 2
+    assert error_line(capsys.readouterr().err) == message
+    assert not store.exists()
+
+
+def test_non_utf8_bytes_in_the_real_argv(tmp_path: Path) -> None:
+    """The installed command as a user runs it, with a Latin-1 byte on the command line."""
+    result = subprocess.run(
+        [sys.executable, "-m", "llama_index_recency", "add", b"caf\xe9", "--store",
+         str(tmp_path / "store")],
+        capture_output=True, env={**os.environ, "COLUMNS": "220"}, timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr == b"error: argument 2 is not UTF-8 text: b'caf\\xe9'\n"
+    assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"Hi there\nuser: I like tea.\n",
+     "transcript line 1: expected 'user: \u2026' or 'assistant: \u2026', got 'Hi there'"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "is not UTF-8 text (byte 0x89 at offset 0); save it as UTF-8"),
+    (b"user: hi\x00\x00\x00", "is a binary file, not text"),
+])
+def test_a_bad_transcript_is_one_line(content: bytes, message: str, tmp_path: Path,
+                                      capsys) -> None:
+    transcript = tmp_path / "talk.txt"
+    transcript.write_bytes(content)
+    assert main(["remember", str(transcript), "--store", str(tmp_path / "store")]) == 2
+    line = error_line(capsys.readouterr().err)
+    assert line.startswith(f"error: transcript {transcript}") and line.endswith(message)
+
+
+def test_a_missing_transcript_is_one_line(tmp_path: Path, capsys) -> None:
+    missing = tmp_path / "talk.txt"
+    assert main(["remember", str(missing), "--store", str(tmp_path / "store")]) == 2
+    assert error_line(capsys.readouterr().err) == f"error: transcript {missing} does not exist"
+
+
+def test_an_unavailable_embedding_model_is_one_line(monkeypatch, tmp_path: Path, capsys) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache: no Qwen3 here
+    assert main(["demo", "--model", "qwen3"]) == 1
+    assert error_line(capsys.readouterr().err).startswith(
+        "error: cannot load the qwen3 embedding model (Qwen/Qwen3-Embedding-0.6B): ")
+
+
+class QueryFailingEmbedding(KnownCosineEmbedding):
+    def _get_query_embedding(self, query: str) -> list[float]:
+        raise RuntimeError("the [bold]GPU[/] fell off")
+
+
+def test_an_unexpected_error_is_one_line_with_the_debug_hint(monkeypatch, capsys) -> None:
+    embed = QueryFailingEmbedding({})
+    assert main(["demo"], embed_model=embed) == 1
+    assert error_line(capsys.readouterr().err) == ("error: unexpected RuntimeError: the [bold]GPU[/] fell off "
+                                  "(rerun with RECENCY_DEBUG=1 for the traceback)")
+    monkeypatch.setenv("RECENCY_DEBUG", "1")
+    with pytest.raises(RuntimeError, match="fell off"):
+        main(["demo"], embed_model=embed)
+
+
+# --- item 7 and 13: LLM failures in ask -------------------------------------------------
+
+
+class RawLLMServer:
+    """A loopback endpoint answering every chat request with one fixed 200 body."""
+
+    def __init__(self, body: bytes) -> None:
+        def handle(handler: BaseHTTPRequestHandler) -> None:
+            handler.rfile.read(int(handler.headers["Content-Length"]))
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(body)
+
+        handler = type("Handler", (BaseHTTPRequestHandler,),
+                       {"do_POST": handle, "log_message": lambda *args: None})
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+EMPTY_CHOICES = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                            "choices": []}).encode()
+
+
+@requires_store_check
+@pytest.mark.parametrize("body", [b"{not json", EMPTY_CHOICES], ids=["bad JSON", "no choices"])
+def test_an_unreadable_llm_answer_is_one_line_after_the_ranking(
+        body: bytes, store_with_a_memory, monkeypatch, capsys) -> None:
+    store, embed = store_with_a_memory
+    server = RawLLMServer(body)
+    try:
+        monkeypatch.setenv("RECENCY_LLM_BASE_URL", server.base_url)
+        assert main(["ask", QUESTION, "--store", store], embed_model=embed) == 1
+    finally:
+        server.close()
+    out, err = capsys.readouterr()
+    assert "2026-09-01: The user drinks coffee black." in out and "kept" in out
+    assert error_line(err).startswith(
+        f"error: the LLM at {server.base_url} failed: unreadable answer (")
+
+
+@requires_store_check
+@pytest.mark.parametrize("fault, reason", [
+    (500, "HTTP 500 scripted 500 (after 3 attempts)"),
+    (429, "HTTP 429 scripted 429 (after 3 attempts)"),
+    ("hang", "no answer within 0.2 s (after 3 attempts)"),
+])
+def test_a_failing_llm_is_one_line_after_the_ranking(fault, reason, store_with_a_memory,
+                                                     openai_server, monkeypatch, capsys) -> None:
+    store, embed = store_with_a_memory
+    openai_server.always = fault
+    monkeypatch.setenv("RECENCY_LLM_BASE_URL", openai_server.base_url)
+    argv = ["ask", QUESTION, "--store", store, "--llm-timeout", "0.2"]
+    assert main(argv, embed_model=embed) == 1
+    out, err = capsys.readouterr()
+    assert "2026-09-01: The user drinks coffee black." in out and "kept" in out
+    assert error_line(err) == f"error: the LLM at {openai_server.base_url} failed: {reason}"
+    assert len(openai_server.requests) == 3
+
+
+# --- item 8: partial writes are reported and a rerun completes them ----------------------
+
+BULK = [(f"The user noted thing number {i}.", "2026-09-01") for i in range(100)]
+
+
+def bulk_file(tmp_path: Path) -> Path:
+    path = tmp_path / "memories.json"
+    path.write_text(json.dumps({"memories": [{"fact": f, "date": d} for f, d in BULK]}), "utf-8")
+    return path
+
+
+class WrongDimensionEmbedding(KnownCosineEmbedding):
+    """Gives one memory a vector one dimension short, which the store refuses to write."""
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        vector = super()._get_text_embedding(text)
+        return vector[:-1] if text.endswith("number 64.") else vector
+
+
+class BatchFailingEmbedding(KnownCosineEmbedding):
+    """Fails on its third batch, as an embedding API that goes down part way would."""
+
+    calls: int = 0
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        self.calls += 1
+        if self.calls == 3:
+            raise RuntimeError("embedding service went away")
+        return super()._get_text_embeddings(texts)
+
+
+@requires_store_check
+def test_a_write_failing_part_way_says_what_was_stored_and_a_rerun_completes(tmp_path: Path,
+                                                                             capsys) -> None:
+    """The store refuses the batch holding memory 64 (batches of 64): the first 64 are stored."""
+    path, store = bulk_file(tmp_path), str(tmp_path / "store")
+    cosines = {memory_node(f, d).get_content(): 0.5 for f, d in BULK}
+    argv = ["add", "--file", str(path), "--store", store]
+    assert main(argv, embed_model=WrongDimensionEmbedding(cosines)) == 1
+    line = error_line(capsys.readouterr().err)
+    assert line.startswith("error: stored 64 of 100 memories; 36 not stored: ")
+    assert line.endswith("; rerun the same command to store the rest")
+    assert main(argv, embed_model=KnownCosineEmbedding(cosines)) == 0
+    out = capsys.readouterr().out
+    assert out == f"stored 36 new memories, 64 already stored (100 in total) in {store}\n"
+
+
+@requires_store_check
+def test_an_embedding_failure_stores_nothing_and_a_rerun_stores_all(tmp_path: Path,
+                                                                    capsys) -> None:
+    path, store = bulk_file(tmp_path), str(tmp_path / "store")
+    cosines = {memory_node(f, d).get_content(): 0.5 for f, d in BULK}
+    argv = ["add", "--file", str(path), "--store", store]
+    assert main(argv, embed_model=BatchFailingEmbedding(cosines)) == 1
+    assert error_line(capsys.readouterr().err) == (
+        "error: stored 0 of 100 memories; 100 not stored: embedding failed: RuntimeError: "
+        "embedding service went away; rerun the same command to store the rest")
+    assert main(argv, embed_model=KnownCosineEmbedding(cosines)) == 0
+    assert capsys.readouterr().out == f"stored 100 new memories (100 in total) in {store}\n"
+
+
+@requires_store_check
+def test_embedding_and_storing_are_separate_timed_stages(minilm, tmp_path: Path, capsys) -> None:
+    assert main(["demo", "--question-ids", "C1"], embed_model=minilm) == 0
+    out = capsys.readouterr().out
+    assert out.index("embedding 16 memories") < out.index("storing 16 memories")
+
+
+# --- item 14: which store, created only by writing commands, duplicates and keys ---------
+
+
+@requires_store_check
+def test_a_readding_says_how_many_were_new_and_which_key_was_replaced(tmp_path: Path,
+                                                                      capsys) -> None:
+    store, tea = str(tmp_path / "store"), ("The user likes green tea.", "2026-09-09")
+    embed = embedding_for(tea, MEMORY)
+    add = ["add", tea[0], "--date", tea[1], "--store", store]
+    assert main([*add, "--key", "tea"], embed_model=embed) == 0
+    assert main([*add, "--key", "green_tea"], embed_model=embed) == 0
+    assert main([*add, "--key", "green_tea"], embed_model=embed) == 0
+    assert main(add, embed_model=embed) == 0  # no --key: the stored key stays
+    assert main(["add", MEMORY[0], "--date", MEMORY[1], "--store", store], embed_model=embed) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"stored 1 new memory (1 in total) in {store}",
+        "replaced the key of '2026-09-09: The user likes green tea.': tea → green_tea",
+        f"stored 0 new memories, 1 already stored (1 in total) in {store}",
+        f"stored 0 new memories, 1 already stored (1 in total) in {store}",
+        f"stored 0 new memories, 1 already stored (1 in total) in {store}",
+        f"stored 1 new memory (2 in total) in {store}",
+    ]
+
+
+@requires_store_check
+@pytest.mark.parametrize("argv", [
+    ["list"],
+    ["ask", QUESTION, "--model", "qwen3"],  # refused before the (unavailable) model loads
+    ["calibrate", "--questions", "q.json", "--model", "qwen3"],
+])
+def test_reading_commands_refuse_a_path_without_a_store(argv: list[str], tmp_path: Path,
+                                                        monkeypatch, capsys) -> None:
+    missing = tmp_path / "mistyped"
+    (tmp_path / "q.json").write_text(json.dumps({"questions": [
+        {"id": "N1", "text": "Hello?", "targets": []}]}), "utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, "--store", str(missing)]) == 1
+    assert error_line(capsys.readouterr().err).startswith(f"error: no memory store at {missing}")
+    assert not missing.exists()
+
+
+@requires_store_check
+@pytest.mark.parametrize("argv", [["list"], ["ask", QUESTION, "--model", "qwen3"],
+                                  ["add", "The user likes tea.", "--model", "qwen3"]])
+def test_a_store_path_that_is_a_file_is_one_line(argv: list[str], tmp_path: Path,
+                                                 capsys) -> None:
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("not a store", "utf-8")
+    assert main([*argv, "--store", str(a_file)]) == 1
+    assert error_line(capsys.readouterr().err) == (
+        f"error: the memory store path {a_file} is a file, not a directory")
+
+
+@requires_store_check
+def test_a_collection_is_a_store_of_its_own(tmp_path: Path, capsys) -> None:
+    store, embed = str(tmp_path / "store"), embedding_for(MEMORY)
+    assert main(["add", MEMORY[0], "--date", MEMORY[1], "--store", store, "--collection", "work"],
+                embed_model=embed) == 0
+    assert capsys.readouterr().out == f"stored 1 new memory (1 in total) in {store} (work)\n"
+    assert main(["ask", QUESTION, "--store", store, "--collection", "work"],
+                embed_model=embed) == 0
+    assert "2026-09-01: The user drinks coffee black." in capsys.readouterr().out
+    assert main(["ask", QUESTION, "--store", store], embed_model=embed) == 1
+    assert error_line(capsys.readouterr().err).startswith(
+        f"error: no memory store at {store} (collection 'memories')")
+
+
+def test_store_and_url_together_are_refused(tmp_path: Path, capsys) -> None:
+    argv = ["list", "--store", str(tmp_path), "--url", "http://127.0.0.1:6333"]
+    assert main(argv) == 2
+    assert error_line(capsys.readouterr().err) == "error: give --store or --url, not both"
+
+
+@requires_store_check
+@requires_unembedded_open
+def test_a_read_only_store_is_one_line(capsys) -> None:
+    """``list`` on a store the user may read but not write, in a forked child run as an
+    unprivileged user when the tests run as root (root ignores file modes)."""
+    with tempfile.TemporaryDirectory() as public:
+        os.chmod(public, 0o755)  # pytest's tmp_path is private to its owner
+        store, embed = os.path.join(public, "store"), embedding_for(MEMORY)
+        assert main(["add", MEMORY[0], "--date", MEMORY[1], "--store", store],
+                    embed_model=embed) == 0
+        capsys.readouterr()
+        for directory, _, files in os.walk(store):
+            os.chmod(directory, 0o555)
+            for name in files:
+                os.chmod(os.path.join(directory, name), 0o444)
+        code, err = run_forked(["list", "--store", store], unprivileged=True)
+        for directory, _, _ in os.walk(store):
+            os.chmod(directory, 0o755)
+    assert code == 1
+    line = error_line(err)
+    assert store in line and "Permission denied" in line
+
+
+def run_forked(argv: list[str], *, unprivileged: bool) -> tuple[int, str]:
+    """``main(argv)`` in a forked child (as user nobody if asked and root): exit code, stderr."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - reported through the pipe
+        os.close(read)
+        sys.stderr = io.StringIO()
+        if unprivileged and os.geteuid() == 0:
+            os.setgid(65534)
+            os.setuid(65534)
+        code = main(argv)
+        os.write(write, json.dumps([code, sys.stderr.getvalue()]).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        code, err = json.loads(pipe.read())
+    os.waitpid(child, 0)
+    return code, err
