@@ -24,9 +24,9 @@ from llama_index.core.settings import Settings
 from llama_index.core.types import RESPONSE_TEXT_TYPE
 
 from llama_index_recency.prompts import (
-    MEMORY_DATE_PREFIX,
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
     RETRIEVED_MEMORY_PROMPT,
+    memory_context,
 )
 
 TodayLike = Union[date, datetime, str, None]
@@ -49,19 +49,6 @@ def _memory_day(today: TodayLike) -> Optional[str]:
         except ValueError:
             pass
     raise ValueError(f"today must be a date, a datetime or an ISO date string, not {today!r}")
-
-
-def _cut(memory: str, limit: Optional[int]) -> str:
-    """The memory with its text after the date prefix cut to ``limit`` characters, marked "…"."""
-    prefix = MEMORY_DATE_PREFIX.match(memory)
-    start = prefix.end() if prefix else 0
-    if limit is None or len(memory) - start <= limit:
-        return memory
-    return memory[: start + limit].rstrip() + "…"
-
-
-def _join(memories: Sequence[str], limit: Optional[int]) -> str:
-    return "\n\n".join(_cut(memory, limit) for memory in memories)
 
 
 class MemoryResponseSynthesizer(BaseSynthesizer):
@@ -149,7 +136,7 @@ class MemoryResponseSynthesizer(BaseSynthesizer):
         prompt = self._text_qa_template.partial_format(query_str=query_str)
         if self._today:
             prompt = prompt.partial_format(today=self._today)
-        memories = [" ".join(text.split()) for text in text_chunks]  # one line each
+        memories = list(text_chunks)
         return prompt, self._fit(prompt, memories, response_kwargs)
 
     def _fit(
@@ -161,7 +148,7 @@ class MemoryResponseSynthesizer(BaseSynthesizer):
 
         def fits(limit: Optional[int]) -> bool:
             messages = prompt.format_messages(
-                llm=self._llm, context_str=_join(memories, limit), **response_kwargs
+                llm=self._llm, context_str=memory_context(memories, limit), **response_kwargs
             )
             tokens = sum(
                 len(Settings.tokenizer(str(message.content or ""))) + _TOKENS_PER_MESSAGE
@@ -170,7 +157,7 @@ class MemoryResponseSynthesizer(BaseSynthesizer):
             return tokens <= budget
 
         if not memories or fits(None):
-            return _join(memories, None)
+            return memory_context(memories)
         if not fits(0):
             raise ValueError(
                 f"the prompt does not fit the LLM's context_window={window} minus "
@@ -180,7 +167,7 @@ class MemoryResponseSynthesizer(BaseSynthesizer):
         while too_long - fitting > 1:
             middle = (fitting + too_long) // 2
             fitting, too_long = (middle, too_long) if fits(middle) else (fitting, middle)
-        return _join(memories, fitting)
+        return memory_context(memories, fitting)
 
 
 def _query_str(query: QueryTextType) -> str:

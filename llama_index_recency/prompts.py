@@ -11,7 +11,8 @@ import html
 import re
 import unicodedata
 from datetime import date
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.prompts import ChatPromptTemplate, PromptTemplate
@@ -63,6 +64,23 @@ def escape_memory_text(text: str) -> str:
     text = "…".join(unicodedata.normalize("NFKC", part) for part in text.split("…"))
     text = "\n".join(_neutralise_inner_dates(line) for line in text.split("\n"))
     return html.escape(text.translate(_ANGLE_LOOKALIKES), quote=False)
+
+
+def memory_context(memories: Sequence[str], limit: Optional[int] = None) -> str:
+    """``context_str`` for the block: each memory on one line, a blank line between.
+
+    With ``limit``, a memory's text after its date prefix is cut to ``limit`` characters
+    and marked "…" (to fit a context window in one call).
+    """
+    return "\n\n".join(_cut(" ".join(memory.split()), limit) for memory in memories)
+
+
+def _cut(memory: str, limit: Optional[int]) -> str:
+    prefix = MEMORY_DATE_PREFIX.match(memory)
+    start = prefix.end() if prefix else 0
+    if limit is None or len(memory) - start <= limit:
+        return memory
+    return memory[: start + limit].rstrip() + "…"
 
 
 def render_memory_block(context_str: str = "", **_: Any) -> str:
