@@ -465,3 +465,17 @@ def run_forked(argv: list[str], *, unprivileged: bool) -> tuple[int, str]:
         code, err = json.loads(pipe.read())
     os.waitpid(child, 0)
     return code, err
+
+
+@requires_store_check
+def test_waiting_on_the_llm_shows_a_spinner_with_the_elapsed_time(store_with_a_memory,
+                                                                   openai_server, monkeypatch,
+                                                                   capsys) -> None:
+    store, embed = store_with_a_memory
+    openai_server.always = "hang"
+    monkeypatch.setenv("RECENCY_LLM_BASE_URL", openai_server.base_url)
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich draws live displays as on a terminal
+    assert main(["ask", QUESTION, "--store", store, "--llm-timeout", "0.2"],
+                embed_model=embed) == 1
+    out = capsys.readouterr().out
+    assert "waiting for the LLM (B format)" in out and "0:00:0" in out
