@@ -40,7 +40,7 @@ def memory_id(fact: str, memory_date: str) -> str:
 
 
 def check_user_name(user_name: str) -> str:
-    """Return ``user_name`` if it can stand in a memory: non-blank, one line, no control characters."""
+    """Return ``user_name`` if it can stand in a memory: non-blank, no control characters."""
     if not user_name.strip():
         raise ValueError(f"user_name {user_name!r} is blank")
     bad = [c for c in user_name if unicodedata.category(c) in ("Cc", "Zl", "Zp")]

@@ -25,7 +25,7 @@ LLM_API_KEY_ENV = "RECENCY_LLM_API_KEY"
 LLM_MODEL_ENV = "RECENCY_LLM_MODEL"
 DEFAULT_LLM_MODEL = "Qwen/Qwen3-32B"
 QWEN_NO_THINKING = {"enable_thinking": False, "chat_template_kwargs": {"enable_thinking": False}}
-"""Extra body fields switching Qwen3's thinking off: DashScope reads the first, vLLM and SGLang the second."""
+"""Body fields switching Qwen3's thinking off: DashScope reads the first, vLLM and SGLang the second."""
 
 
 def offline_embedding() -> "HuggingFaceEmbedding":
@@ -99,7 +99,8 @@ def openai_like_llm(
         ) -> dict[str, Any]:
             # "required" needs vLLM >= 0.8.3; naming the only tool means the same and is
             # accepted by every vLLM with tool support.
-            if len(tools) == 1 and (tool_choice == "required" or (tool_required and tool_choice is None)):
+            required = tool_choice == "required" or (tool_required and tool_choice is None)
+            if len(tools) == 1 and required:
                 tool_choice = tools[0].metadata.get_name()
             return super()._prepare_chat_with_tools(
                 tools, *args, tool_required=tool_required, tool_choice=tool_choice, **kwargs

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, TypeGuard
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole
@@ -124,10 +124,12 @@ Answer with one JSON object, {"memories": [{"turn": 1, "kind": "preference", "fa
 %(tool)s tool, call it with that object as its arguments."""
             % {**SUBJECT_PLACEHOLDERS, "tool": EXTRACTION_TOOL},
         ),
-        ChatMessage(role=MessageRole.USER, content="<conversation>\n{conversation}\n</conversation>"),
+        ChatMessage(
+            role=MessageRole.USER, content="<conversation>\n{conversation}\n</conversation>"
+        ),
     ]
 )
-"""The extraction prompt (system rules, then the conversation as data); its only variable is ``conversation``."""
+"""The extraction prompt: system rules, then the conversation as data (variable ``conversation``)."""
 
 _TURN_LINE = re.compile(r"^(user|assistant)\s*:\s?(.*)$", re.IGNORECASE)
 
@@ -334,7 +336,7 @@ _TOOL = FunctionTool.from_defaults(
 )
 
 
-def _calls_tools(llm: LLM) -> bool:
+def _calls_tools(llm: LLM) -> TypeGuard[FunctionCallingLLM]:
     return isinstance(llm, FunctionCallingLLM) and llm.metadata.is_function_calling_model
 
 
@@ -342,8 +344,8 @@ def _read_answer(llm: LLM, response: ChatResponse) -> ExtractedMemories:
     """The answer from a call of :data:`EXTRACTION_TOOL` if there is one, else from the text."""
     calls = []
     if _calls_tools(llm):
-        calls = [call for call in llm.get_tool_calls_from_response(response, error_on_no_tool_call=False)
-                 if call.tool_name == EXTRACTION_TOOL]
+        found = llm.get_tool_calls_from_response(response, error_on_no_tool_call=False)
+        calls = [call for call in found if call.tool_name == EXTRACTION_TOOL]
     data = calls[0].tool_kwargs if calls else _json_object(response.message.content or "")
     if not isinstance(data, dict) or "memories" not in data:
         got = sorted(data) if isinstance(data, dict) else type(data).__name__
@@ -435,7 +437,7 @@ _INSTRUCTION = re.compile(
     r"|(?:指示|命令|ルール)を(?:無視|忘れ)",
     re.IGNORECASE,
 )
-"""Facts that are requests aimed at the assistant, not facts about the user (a backstop to the prompt's rule)."""
+"""Requests aimed at the assistant, not facts about the user (a backstop to the prompt's rule)."""
 
 
 def _check(candidate: MemoryCandidate, part: _Part, turns: Sequence[Turn],

@@ -122,9 +122,12 @@ def chat_request_problem(body: Any) -> str:
     if response_format is not None:
         kind = response_format.get("type") if isinstance(response_format, dict) else None
         if kind not in RESPONSE_FORMATS:
-            return f"`response_format` type must be one of {RESPONSE_FORMATS}, got {response_format!r}"
+            return (f"`response_format` type must be one of {RESPONSE_FORMATS}, "
+                    f"got {response_format!r}")
         schema = response_format.get("json_schema")
-        if kind == "json_schema" and not (isinstance(schema, dict) and isinstance(schema.get("schema"), dict)):
+        if kind == "json_schema" and not (
+            isinstance(schema, dict) and isinstance(schema.get("schema"), dict)
+        ):
             return "'json_schema' field must be provided with a 'schema'"
     return ""
 

@@ -214,12 +214,14 @@ TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type"
         ({"model": "m"}, "`messages` must be a non-empty list"),
         ({"model": "m", "messages": []}, "`messages` must be a non-empty list"),
         ({"model": "m", "messages": [{"role": "narrator", "content": "x"}]}, "role must be one of"),
-        ({"model": "m", "messages": [{"role": "user", "content": 3}]}, "content must be a string or a list"),
+        ({"model": "m", "messages": [{"role": "user", "content": 3}]},
+         "content must be a string or a list"),
         ({"model": "m", "messages": USER, "tool_choice": "required"},
          "When using `tool_choice`, `tools` must be set."),
         ({"model": "m", "messages": USER, "tools": [], "tool_choice": "auto"},
          "When using `tool_choice`, `tools` must be set."),
-        ({"model": "m", "messages": USER, "tools": [{"type": "function", "function": {"name": "x"}}]},
+        ({"model": "m", "messages": USER,
+          "tools": [{"type": "function", "function": {"name": "x"}}]},
          "tools\\[0\\] must be"),
         ({"model": "m", "messages": USER, "tools": [TOOL],
           "tool_choice": {"type": "function", "function": {"name": "other"}}},
@@ -246,7 +248,8 @@ def test_server_accepts_extra_fields_tools_and_tool_history(openai_server: OpenA
             {"role": "system", "content": "s"},
             {"role": "user", "content": [{"type": "text", "text": "hi"}]},
             {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "c", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]},
+                {"id": "c", "type": "function",
+                 "function": {"name": "lookup", "arguments": "{}"}}]},
             {"role": "tool", "tool_call_id": "c", "content": "42"},
         ],
         "tools": [TOOL],
@@ -269,7 +272,8 @@ def test_structured_predict_sends_its_tool_with_a_named_choice(openai_server: Op
         title: str
 
     openai_server.reply = ToolCall("Song", {"title": "Lemon"})
-    song = llm(openai_server).structured_predict(Song, PromptTemplate("Name a song about {x}."), x="fruit")
+    prompt = PromptTemplate("Name a song about {x}.")
+    song = llm(openai_server).structured_predict(Song, prompt, x="fruit")
     assert song == Song(title="Lemon")
     (request,) = openai_server.requests
     assert [tool["function"]["name"] for tool in request["tools"]] == ["Song"]
@@ -300,5 +304,6 @@ async def test_function_agent_calls_a_tool_over_the_wire(openai_server: OpenAISe
         "name": "count_memories", "arguments": json.dumps({"topic": "trains"})
     }
     assert second["messages"][-1] == {
-        "role": "tool", "content": "3 memories mention trains", "tool_call_id": "call-count_memories"
+        "role": "tool", "content": "3 memories mention trains",
+        "tool_call_id": "call-count_memories",
     }
