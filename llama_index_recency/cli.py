@@ -26,6 +26,7 @@ import platformdirs
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
+from llama_index.core.vector_stores.types import BasePydanticVectorStore
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
 from rich.console import Console
 from rich.progress import (
@@ -79,6 +80,7 @@ from llama_index_recency.store import (
     count_memories,
     get_memories,
     open_memory_index,
+    open_memory_store,
 )
 from llama_index_recency.writer import MemoryWriteError, Turn, parse_transcript, remember
 
@@ -437,11 +439,14 @@ class _Location:
         where = self.url or (str(self.path) if self.path else "memory")
         return where if self.collection == DEFAULT_COLLECTION else f"{where} ({self.collection})"
 
-    def open(self, embed_model: BaseEmbedding | None) -> VectorStoreIndex:
-        return open_memory_index(  # type: ignore[arg-type]  # None: read-only, see _list
-            embed_model, path=None if self.path is None else str(self.path), url=self.url,
-            collection_name=self.collection,
+    def open(self, embed_model: BaseEmbedding) -> VectorStoreIndex:
+        return open_memory_index(
+            embed_model, path=self.path, url=self.url, collection_name=self.collection
         )
+
+    def open_existing(self) -> BasePydanticVectorStore:
+        """The store as it is, with no embedding model: for list, forget and migrate."""
+        return open_memory_store(path=self.path, url=self.url, collection_name=self.collection)
 
 
 @dataclass(frozen=True)
@@ -555,7 +560,7 @@ def _stored(index: VectorStoreIndex, ids: Sequence[str]) -> dict[str, BaseNode]:
     """The nodes among ``ids`` that the store already holds, by id."""
     if not ids:
         return {}
-    return {node.node_id: node for node in index.vector_store.get_nodes(node_ids=list(ids))}
+    return {node.node_id: node for node in get_memories(index, ids)}
 
 
 def _keep_old_metadata(node: TextNode, old: BaseNode) -> None:
@@ -854,13 +859,11 @@ def _ask(args: argparse.Namespace, session: _Session) -> int:
 def _list(args: argparse.Namespace, session: _Session) -> int:
     """Print the store's memories, oldest first; needs no embedding model."""
     location = _Location.of(args, default_store_path())
-    if location.path is not None:
-        check_memory_store(location.path, must_exist=True, collection_name=location.collection)
-    index = location.open(None)
+    store = location.open_existing()
     try:
-        nodes = get_memories(index)
+        nodes = get_memories(store)
     finally:
-        close_memory_index(index)
+        close_memory_index(store)
     if not nodes:
         session.console.print(_literal(f"no memories stored in {location}"))
         return 0

@@ -16,6 +16,7 @@ and mixing them would silently corrupt retrieval.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import shutil
@@ -26,7 +27,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -66,6 +67,7 @@ __all__ = [
     "get_memories",
     "migrate_store",
     "open_memory_index",
+    "open_memory_store",
 ]
 
 
@@ -121,6 +123,33 @@ def open_memory_index(
     return VectorStoreIndex.from_vector_store(vector_store, embed_model=embed_model)
 
 
+def open_memory_store(
+    *,
+    path: Optional[str | os.PathLike[str]] = None,
+    url: Optional[str] = None,
+    api_key: Optional[str] = None,
+    collection_name: str = DEFAULT_COLLECTION,
+) -> BasePydanticVectorStore:
+    """An existing store's vector store, for reading and maintenance without an embedding model.
+
+    Nothing is created: a path or server without the collection raises
+    :class:`MemoryStoreNotFoundError`. For listing, counting, forgetting and migrating.
+    """
+    if url is not None:
+        client, aclient = qdrant_clients(url=url, api_key=api_key)
+        assert client is not None
+        if not client.collection_exists(collection_name):
+            raise MemoryStoreNotFoundError(f"no collection {collection_name!r} at {url}")
+        return QdrantVectorStore(collection_name=collection_name, client=client, aclient=aclient)
+    if path is None:
+        raise ValueError("open_memory_store needs the path or url of an existing store")
+    check_memory_store(path, must_exist=True, collection_name=collection_name)
+    if is_local_mode_store(path):
+        client, _ = qdrant_clients(path=path)
+        return QdrantVectorStore(collection_name=collection_name, client=client)
+    return _open_edge(Path(path), collection_name)
+
+
 def is_local_mode_store(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` holds a store written by 0.1.0 (qdrant-client's local mode)."""
     return (Path(path) / _LOCAL_MODE_MARKER).is_file()
@@ -163,6 +192,12 @@ def _open_edge(
         return QdrantEdgeVectorStore(edge_shard_path(root, collection_name), dimensions=dimensions)
     except MemoryStoreLockedError:
         raise _locked(root) from None
+    except PermissionError:
+        raise
+    except Exception as error:  # Edge reports OS errors as a plain Exception with the text
+        if "Permission denied" in str(error):
+            raise PermissionError(errno.EACCES, "Permission denied", str(root)) from None
+        raise
 
 
 def check_memory_store(
@@ -206,9 +241,17 @@ def _check_local_mode_lock(root: Path) -> None:
         raise _locked(root) from None
 
 
-def count_memories(index: VectorStoreIndex) -> int:
+MemoryStore = Union[VectorStoreIndex, BasePydanticVectorStore]
+"""A memory index (open_memory_index) or its vector store (open_memory_store)."""
+
+
+def _vector_store(memories: MemoryStore) -> BasePydanticVectorStore:
+    return memories.vector_store if isinstance(memories, VectorStoreIndex) else memories
+
+
+def count_memories(index: MemoryStore) -> int:
     """How many memories the index's collection holds (0 when it does not exist yet)."""
-    store = index.vector_store
+    store = _vector_store(index)
     if isinstance(store, QdrantEdgeVectorStore):
         return store.count()
     if not store.client.collection_exists(store.collection_name):
@@ -217,12 +260,12 @@ def count_memories(index: VectorStoreIndex) -> int:
 
 
 def get_memories(
-    index: VectorStoreIndex,
+    index: MemoryStore,
     ids: Optional[Sequence[str]] = None,
     filters: Optional[MetadataFilters] = None,
 ) -> list[BaseNode]:
     """The memories with these ids AND matching ``filters`` (neither: all), embeddings included."""
-    return select_nodes(index.vector_store, ids, filters)
+    return select_nodes(_vector_store(index), ids, filters)
 
 
 def select_nodes(
@@ -248,14 +291,14 @@ def select_nodes(
 
 
 def delete_memories(
-    index: VectorStoreIndex,
+    index: MemoryStore,
     ids: Optional[Sequence[str]] = None,
     filters: Optional[MetadataFilters] = None,
 ) -> None:
     """Delete the memories with these ids AND matching ``filters``; one of them is required."""
     if ids is None and (filters is None or not filters.filters):
         raise ValueError("name the memories to delete: ids, filters, or both")
-    store = index.vector_store
+    store = _vector_store(index)
     if isinstance(store, QdrantEdgeVectorStore):
         store.delete_nodes(node_ids=None if ids is None else list(ids), filters=filters)
     elif store.client.collection_exists(store.collection_name):
@@ -276,9 +319,9 @@ def qdrant_selection(
     return models.Filter(must=must) if must else None
 
 
-def close_memory_index(index: VectorStoreIndex) -> None:
+def close_memory_index(index: MemoryStore) -> None:
     """Release the store (an embedded store's lock) so another process can open it."""
-    store = index.vector_store
+    store = _vector_store(index)
     if isinstance(store, QdrantEdgeVectorStore):
         store.close()
     elif store.client is not None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -12,35 +11,10 @@ from conftest import KnownCosineEmbedding
 
 from llama_index_recency import memory_node
 from llama_index_recency.cli import main
-from llama_index_recency.store import check_memory_store, close_memory_index, open_memory_index
+from llama_index_recency.store import close_memory_index, open_memory_index
 
 BLACK = ("Taro drinks coffee black, without sugar or milk.", "2026-08-20", 0.471)
 CAFE = ("Taro has been drinking sweet café au lait lately.", "2026-09-01", 0.441)
-
-
-def _store_check_exists() -> bool:
-    with tempfile.TemporaryDirectory() as empty:
-        try:
-            check_memory_store(str(Path(empty) / "new"), must_exist=False)
-        except NotImplementedError:
-            return False
-    return True
-
-
-def _unembedded_open_exists() -> bool:
-    try:
-        close_memory_index(open_memory_index(None))  # type: ignore[arg-type]
-    except (AttributeError, TypeError):
-        return False
-    return True
-
-
-# Transitional, to delete once store.py has them: check_memory_store is a stub until the
-# Edge engine lands, and `list` needs open_memory_index(None, ...) (no embedding model).
-requires_store_check = pytest.mark.skipif(
-    not _store_check_exists(), reason="store.check_memory_store is still a stub")
-requires_unembedded_open = pytest.mark.skipif(
-    not _unembedded_open_exists(), reason="store.open_memory_index(None, ...) not there yet")
 
 
 @pytest.fixture(autouse=True)
@@ -110,8 +84,6 @@ def test_calibrate_fits_the_threshold_and_adopts(minilm, capsys) -> None:
            "under 0.25 is 0.029." in out
 
 
-@requires_store_check
-@requires_unembedded_open
 def test_add_list_ask_on_a_local_store(coffee_cosines, tmp_path: Path, capsys) -> None:
     store = str(tmp_path / "store")
     for fact, day, _ in (BLACK, CAFE, BLACK):  # the repeat keeps one copy
@@ -135,7 +107,6 @@ def test_add_list_ask_on_a_local_store(coffee_cosines, tmp_path: Path, capsys) -
     assert "Qdrant search (top 8)" in out
 
 
-@requires_store_check
 def test_add_file_then_calibrate_the_store(minilm, tmp_path: Path, capsys) -> None:
     """The bundled data stored with ``add --file`` calibrates like ``calibrate`` without --store."""
     data = resources.files("llama_index_recency.data")
@@ -153,7 +124,6 @@ def test_add_file_then_calibrate_the_store(minilm, tmp_path: Path, capsys) -> No
     assert err.startswith("error: ") and "needs at least one hit-free question" in err
 
 
-@requires_store_check
 def test_ask_sends_the_kept_memories_to_the_llm(coffee_cosines, openai_server, monkeypatch,
                                                 tmp_path: Path, capsys) -> None:
     store = str(tmp_path / "store")
@@ -170,8 +140,6 @@ def test_ask_sends_the_kept_memories_to_the_llm(coffee_cosines, openai_server, m
     assert "Reply (B format)" in out and openai_server.reply in out
 
 
-@requires_store_check
-@requires_unembedded_open
 def test_ask_on_an_empty_store_says_so(coffee_cosines, tmp_path: Path, capsys) -> None:
     store = str(tmp_path / "store")
     close_memory_index(open_memory_index(coffee_cosines, path=store))  # a store, no memory
@@ -181,8 +149,6 @@ def test_ask_on_an_empty_store_says_so(coffee_cosines, tmp_path: Path, capsys) -
     assert capsys.readouterr().out == f"no memories stored in {store}\n"
 
 
-@requires_store_check
-@requires_unembedded_open
 def test_remember_stores_the_extracted_facts(openai_server, monkeypatch, tmp_path: Path,
                                              capsys) -> None:
     transcript = tmp_path / "talk.txt"
@@ -213,7 +179,6 @@ def test_remember_without_an_llm_endpoint_is_refused(tmp_path: Path, capsys) -> 
     assert not (tmp_path / "store").exists()
 
 
-@requires_store_check
 def test_a_store_open_elsewhere_is_refused_before_the_model_loads(coffee_cosines, tmp_path: Path,
                                                                  capsys) -> None:
     """``--model qwen3`` is not available here: had it been loaded first, that would be the error."""

@@ -15,11 +15,9 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import KnownCosineEmbedding
-from test_cli import requires_store_check, requires_unembedded_open
 
 from llama_index_recency import memory_node
 from llama_index_recency.cli import main
@@ -63,8 +61,6 @@ MARKUP_FACTS = (
 )
 
 
-@requires_store_check
-@requires_unembedded_open
 def test_markup_in_memories_and_replies_is_shown_verbatim(openai_server, monkeypatch,
                                                           tmp_path: Path, capsys) -> None:
     store, embed = str(tmp_path / "store"), embedding_for(*MARKUP_FACTS)
@@ -131,8 +127,6 @@ def test_a_bad_memory_file_is_one_line_and_stores_nothing(content: bytes, messag
     assert not store.exists()  # refused before the store was even opened
 
 
-@requires_store_check
-@requires_unembedded_open
 def test_a_utf8_bom_is_accepted(tmp_path: Path, capsys) -> None:
     path, store = tmp_path / "memories.json", str(tmp_path / "store")
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"memories": [GOOD_ITEM]}).encode())
@@ -247,7 +241,6 @@ EMPTY_CHOICES = json.dumps({"id": "x", "object": "chat.completion", "created": 0
                             "choices": []}).encode()
 
 
-@requires_store_check
 @pytest.mark.parametrize("body", [b"{not json", EMPTY_CHOICES], ids=["bad JSON", "no choices"])
 def test_an_unreadable_llm_answer_is_one_line_after_the_ranking(
         body: bytes, store_with_a_memory, monkeypatch, capsys) -> None:
@@ -264,7 +257,6 @@ def test_an_unreadable_llm_answer_is_one_line_after_the_ranking(
         f"error: the LLM at {server.base_url} failed: unreadable answer (")
 
 
-@requires_store_check
 @pytest.mark.parametrize("fault, reason", [
     (500, "HTTP 500 scripted 500 (after 3 attempts)"),
     (429, "HTTP 429 scripted 429 (after 3 attempts)"),
@@ -314,7 +306,6 @@ class BatchFailingEmbedding(KnownCosineEmbedding):
         return super()._get_text_embeddings(texts)
 
 
-@requires_store_check
 def test_a_write_failing_part_way_says_what_was_stored_and_a_rerun_completes(tmp_path: Path,
                                                                              capsys) -> None:
     """The store refuses the batch holding memory 64 (batches of 64): the first 64 are stored."""
@@ -330,7 +321,6 @@ def test_a_write_failing_part_way_says_what_was_stored_and_a_rerun_completes(tmp
     assert out == f"stored 36 new memories, 64 already stored (100 in total) in {store}\n"
 
 
-@requires_store_check
 def test_an_embedding_failure_stores_nothing_and_a_rerun_stores_all(tmp_path: Path,
                                                                     capsys) -> None:
     path, store = bulk_file(tmp_path), str(tmp_path / "store")
@@ -344,7 +334,6 @@ def test_an_embedding_failure_stores_nothing_and_a_rerun_stores_all(tmp_path: Pa
     assert capsys.readouterr().out == f"stored 100 new memories (100 in total) in {store}\n"
 
 
-@requires_store_check
 def test_embedding_and_storing_are_separate_timed_stages(minilm, tmp_path: Path, capsys) -> None:
     assert main(["demo", "--question-ids", "C1"], embed_model=minilm) == 0
     out = capsys.readouterr().out
@@ -354,7 +343,6 @@ def test_embedding_and_storing_are_separate_timed_stages(minilm, tmp_path: Path,
 # --- item 14: which store, created only by writing commands, duplicates and keys ---------
 
 
-@requires_store_check
 def test_a_readding_says_how_many_were_new_and_which_key_was_replaced(tmp_path: Path,
                                                                       capsys) -> None:
     store, tea = str(tmp_path / "store"), ("The user likes green tea.", "2026-09-09")
@@ -375,7 +363,6 @@ def test_a_readding_says_how_many_were_new_and_which_key_was_replaced(tmp_path: 
     ]
 
 
-@requires_store_check
 @pytest.mark.parametrize("argv", [
     ["list"],
     ["ask", QUESTION, "--model", "qwen3"],  # refused before the (unavailable) model loads
@@ -392,7 +379,6 @@ def test_reading_commands_refuse_a_path_without_a_store(argv: list[str], tmp_pat
     assert not missing.exists()
 
 
-@requires_store_check
 @pytest.mark.parametrize("argv", [["list"], ["ask", QUESTION, "--model", "qwen3"],
                                   ["add", "The user likes tea.", "--model", "qwen3"]])
 def test_a_store_path_that_is_a_file_is_one_line(argv: list[str], tmp_path: Path,
@@ -404,7 +390,6 @@ def test_a_store_path_that_is_a_file_is_one_line(argv: list[str], tmp_path: Path
         f"error: the memory store path {a_file} is a file, not a directory")
 
 
-@requires_store_check
 def test_a_collection_is_a_store_of_its_own(tmp_path: Path, capsys) -> None:
     store, embed = str(tmp_path / "store"), embedding_for(MEMORY)
     assert main(["add", MEMORY[0], "--date", MEMORY[1], "--store", store, "--collection", "work"],
@@ -424,8 +409,6 @@ def test_store_and_url_together_are_refused(tmp_path: Path, capsys) -> None:
     assert error_line(capsys.readouterr().err) == "error: give --store or --url, not both"
 
 
-@requires_store_check
-@requires_unembedded_open
 def test_a_read_only_store_is_one_line(capsys) -> None:
     """``list`` on a store the user may read but not write, in a forked child run as an
     unprivileged user when the tests run as root (root ignores file modes)."""
@@ -467,7 +450,6 @@ def run_forked(argv: list[str], *, unprivileged: bool) -> tuple[int, str]:
     return code, err
 
 
-@requires_store_check
 def test_waiting_on_the_llm_shows_a_spinner_with_the_elapsed_time(store_with_a_memory,
                                                                    openai_server, monkeypatch,
                                                                    capsys) -> None:
