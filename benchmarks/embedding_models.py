@@ -16,10 +16,13 @@ the threshold ``fit_threshold`` places, its margin, whether ``calibrate`` passes
 it, and whether each contradiction question's (newer) target ranks first after the
 bonus. "Adopted" is the passing candidate with the most contradiction targets first,
 then the largest margin in sd units. Every candidate that passes on a bundled set is
-then applied unchanged (threshold included) to the held-out set of the same language. Multi-target questions (H2, "that thing you were working on") are left
-out: no offline model answers them, and tuning to them would overfit.
+then applied unchanged (threshold included) to the held-out set of the same language.
+Multi-target questions (H2, "that thing you were working on") are left out: no offline
+model answers them, and tuning to them would overfit. Latencies are taken round robin
+over the models, so each meets the same machine load.
 
-Writes ``benchmarks/results/embedding_models.csv`` and ``embedding_calibration.csv``.
+Writes ``embedding_models.csv``, ``embedding_sets.csv`` and ``embedding_calibration.csv``
+under ``benchmarks/results/``.
 """
 
 from __future__ import annotations
@@ -291,7 +294,7 @@ def calibrate_grid(
     grids: list[tuple[str, float | None, float, float]] = [
         ("seed", None, weight, tau) for weight, tau in SEED_GRID
     ] + [("spread", k, round(k * sd, 5), tau) for tau in SPREAD_TAUS for k in SPREAD_KS]
-    rows, eligible = [], []
+    rows = []
     for grid, k, weight, tau in grids:
         policy = RecencyPolicy(weight=weight, tau_days=tau, reference_date=example.reference_date)
         fit = fit_threshold(retrieved, policy)
