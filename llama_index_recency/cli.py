@@ -79,9 +79,11 @@ from llama_index_recency.store import (
     close_memory_index,
     count_memories,
     get_memories,
+    migrate_store,
     open_memory_index,
     open_memory_store,
 )
+from llama_index_recency.updates import forget, memory_scope
 from llama_index_recency.writer import MemoryWriteError, Turn, parse_transcript, remember
 
 # The seed's 0.45 belongs to Qwen3-Embedding-0.6B at 256 dims. For all-MiniLM-L6-v2,
@@ -307,6 +309,35 @@ def _parser() -> argparse.ArgumentParser:
                                   help="replaces the generic subject 'the user' with this name")
     _timeout_option(remember_command)
     remember_command.set_defaults(run=_remember)
+
+    forgetting = commands.add_parser(
+        "forget",
+        help="delete memories for real: by id, by user and date, or by matching text",
+        description="Show the memories that match, ask for confirmation (unless --yes), delete "
+        "them, and keep the successor links of the others consistent. Needs no model.",
+    )
+    _store_options(forgetting)
+    forgetting.add_argument("ids", nargs="*", metavar="ID", help="memory ids (see `list`)")
+    forgetting.add_argument("--user", default=None, help="only this user's memories")
+    forgetting.add_argument("--before", type=_iso_date, default=None,
+                            help="only memories dated before this day, YYYY-MM-DD")
+    forgetting.add_argument("--match", default=None, metavar="TEXT",
+                            help="only memories whose text contains TEXT (case-insensitive)")
+    forgetting.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    forgetting.set_defaults(run=_forget)
+
+    migration = commands.add_parser(
+        "migrate",
+        help="copy a 0.1.0 store (qdrant-client local mode) into a Qdrant Edge store",
+        description="Copy every memory (id, vector, payload) and the embedding identity from "
+        "SOURCE, a store written by llama-index-recency 0.1.0, into a new Qdrant Edge store at "
+        "TARGET; verify the counts. SOURCE is only read; rerunning is harmless. Needs no model.",
+    )
+    migration.add_argument("source", type=Path, help="the 0.1.0 store directory")
+    migration.add_argument("target", type=Path, help="the new store directory")
+    migration.add_argument("--collection", default=DEFAULT_COLLECTION,
+                           help=f"the collection to copy (default: {DEFAULT_COLLECTION})")
+    migration.set_defaults(run=_migrate)
 
     listing = commands.add_parser("list", help="show the memories in a store (no model needed)")
     _store_options(listing)
@@ -867,7 +898,13 @@ def _list(args: argparse.Namespace, session: _Session) -> int:
     if not nodes:
         session.console.print(_literal(f"no memories stored in {location}"))
         return 0
-    table = Table(title=_literal(f"{len(nodes)} memories in {location}"), title_justify="left")
+    session.console.print(_memory_table(f"{len(nodes)} memories in {location}", nodes))
+    return 0
+
+
+def _memory_table(title: str, nodes: Sequence[BaseNode]) -> Table:
+    """Memories oldest first: date, key, text and id, all shown literally."""
+    table = Table(title=_literal(title), title_justify="left")
     table.add_column("Date")
     table.add_column("Key")
     table.add_column("Memory", overflow="fold")
@@ -876,7 +913,59 @@ def _list(args: argparse.Namespace, session: _Session) -> int:
         table.add_row(_literal(str(node.metadata.get("date", ""))),
                       _literal(str(node.metadata.get(DEFAULT_KEY, ""))),
                       _literal(node.get_content()), node.node_id)
-    session.console.print(table)
+    return table
+
+
+def _forget(args: argparse.Namespace, session: _Session) -> int:
+    """Delete the selected memories after showing them (and a yes, unless --yes)."""
+    if not (args.ids or args.user or args.before or args.match):
+        raise CommandError("forget needs memory ids, --user, --before or --match")
+    location = _Location.of(args, default_store_path())
+    store = location.open_existing()
+    try:
+        scope = memory_scope(user_id=args.user, before=args.before)
+        chosen = get_memories(store, args.ids or None, scope)
+        if args.match:
+            needle = args.match.casefold()
+            chosen = [node for node in chosen if needle in node.get_content().casefold()]
+        if not chosen:
+            session.console.print(_literal(f"no memory in {location} matches; nothing deleted"))
+            return 0
+        session.console.print(_memory_table(f"{len(chosen)} memories to forget in {location}",
+                                            chosen))
+        if not args.yes and not _confirmed(f"Delete these {len(chosen)} memories for good?"):
+            session.console.print("nothing deleted")
+            return 1
+        deleted = forget(store, [node.node_id for node in chosen])
+    finally:
+        close_memory_index(store)
+    session.console.print(_literal(f"deleted {deleted} memor{'y' if deleted == 1 else 'ies'} "
+                                   f"from {location}"))
+    return 0
+
+
+def _confirmed(question: str) -> bool:
+    """Ask on the terminal; with no terminal to ask on, the answer is no."""
+    if not sys.stdin or not sys.stdin.isatty():
+        raise CommandError("forget asks for confirmation on a terminal; pass --yes to delete "
+                           "without asking")
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+def _migrate(args: argparse.Namespace, session: _Session) -> int:
+    """Copy a 0.1.0 store into Qdrant Edge, with a progress bar; the source is not modified."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=session.console, transient=True,
+                  disable=not session.console.is_terminal) as progress, \
+            session.timings.stage("migrating"):
+        task = progress.add_task("copying memories", total=None)
+        done = migrate_store(args.source, args.target, collection_name=args.collection,
+                             progress=lambda copied: progress.advance(task, copied))
+    session.console.print(_literal(
+        f"migrated {done.copied} memories from {args.source} (0.1.0, qdrant-client local mode) "
+        f"to {args.target} (Qdrant Edge, {done.target_count} in total); {args.source} is unchanged"
+    ))
     return 0
 
 

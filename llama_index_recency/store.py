@@ -108,7 +108,7 @@ def open_memory_index(
     if client is None and aclient is None and url is None:
         if path is None or not is_local_mode_store(path):
             store = _edge_store(path, collection_name, identity)
-            return VectorStoreIndex.from_vector_store(store, embed_model=embed_model)
+            return VectorStoreIndex.fromvector_store(store, embed_model=embed_model)
         logger.warning(
             "%s was written by llama-index-recency 0.1.0 (qdrant-client local mode); it works "
             "as is, and `llama-index-recency migrate %s NEW_PATH` moves it to Qdrant Edge "
@@ -120,7 +120,7 @@ def open_memory_index(
     vector_store = QdrantVectorStore(
         collection_name=collection_name, client=client, aclient=aclient
     )
-    return VectorStoreIndex.from_vector_store(vector_store, embed_model=embed_model)
+    return VectorStoreIndex.fromvector_store(vector_store, embed_model=embed_model)
 
 
 def open_memory_store(
@@ -245,13 +245,14 @@ MemoryStore = Union[VectorStoreIndex, BasePydanticVectorStore]
 """A memory index (open_memory_index) or its vector store (open_memory_store)."""
 
 
-def _vector_store(memories: MemoryStore) -> BasePydanticVectorStore:
+def vector_store_of(memories: MemoryStore) -> BasePydanticVectorStore:
+    """The vector store of an index, or the store itself."""
     return memories.vector_store if isinstance(memories, VectorStoreIndex) else memories
 
 
 def count_memories(index: MemoryStore) -> int:
     """How many memories the index's collection holds (0 when it does not exist yet)."""
-    store = _vector_store(index)
+    store = vector_store_of(index)
     if isinstance(store, QdrantEdgeVectorStore):
         return store.count()
     if not store.client.collection_exists(store.collection_name):
@@ -265,7 +266,7 @@ def get_memories(
     filters: Optional[MetadataFilters] = None,
 ) -> list[BaseNode]:
     """The memories with these ids AND matching ``filters`` (neither: all), embeddings included."""
-    return select_nodes(_vector_store(index), ids, filters)
+    return select_nodes(vector_store_of(index), ids, filters)
 
 
 def select_nodes(
@@ -298,7 +299,7 @@ def delete_memories(
     """Delete the memories with these ids AND matching ``filters``; one of them is required."""
     if ids is None and (filters is None or not filters.filters):
         raise ValueError("name the memories to delete: ids, filters, or both")
-    store = _vector_store(index)
+    store = vector_store_of(index)
     if isinstance(store, QdrantEdgeVectorStore):
         store.delete_nodes(node_ids=None if ids is None else list(ids), filters=filters)
     elif store.client.collection_exists(store.collection_name):
@@ -321,7 +322,7 @@ def qdrant_selection(
 
 def close_memory_index(index: MemoryStore) -> None:
     """Release the store (an embedded store's lock) so another process can open it."""
-    store = _vector_store(index)
+    store = vector_store_of(index)
     if isinstance(store, QdrantEdgeVectorStore):
         store.close()
     elif store.client is not None:

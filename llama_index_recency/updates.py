@@ -25,7 +25,7 @@ from llama_index.core.vector_stores.types import (
 
 from llama_index_recency.scoring import RankedMemory, RecencyPolicy, RecencyRanking, parse_memory_date
 from llama_index_recency.search import MemorySearch, SearchPlan
-from llama_index_recency.store import delete_memories, get_memories
+from llama_index_recency.store import MemoryStore, delete_memories, get_memories, vector_store_of
 
 SUPERSEDES_KEY = "supersedes"
 """Metadata key: ids of the earlier memories a memory updates or contradicts."""
@@ -53,7 +53,7 @@ def insert_memories(index: VectorStoreIndex, nodes: Sequence[BaseNode]) -> None:
 
 
 def forget(
-    index: VectorStoreIndex,
+    index: MemoryStore,
     ids: Optional[Sequence[str]] = None,
     *,
     user_id: Optional[str] = None,
@@ -175,7 +175,7 @@ def _when(node: BaseNode, date_key: str) -> Optional[datetime]:
         return None
 
 
-def _update_links(index: VectorStoreIndex, changes: dict[str, list[LinkChange]]) -> None:
+def _update_links(index: MemoryStore, changes: dict[str, list[LinkChange]]) -> None:
     """Rewrite the link lists of the memories in ``changes``: (key, ids to add, ids to remove)."""
     if not changes:
         return
@@ -189,7 +189,7 @@ def _update_links(index: VectorStoreIndex, changes: dict[str, list[LinkChange]])
                 node.metadata.pop(key, None)
         _exclude_links_from_text(node)
     if nodes:
-        index.vector_store.add(nodes)  # same ids, same vectors: a payload update
+        vector_store_of(index).add(nodes)  # same ids, same vectors: a payload update
 
 
 def _exclude_links_from_text(node: BaseNode) -> None:
