@@ -108,7 +108,7 @@ def open_memory_index(
     if client is None and aclient is None and url is None:
         if path is None or not is_local_mode_store(path):
             store = _edge_store(path, collection_name, identity)
-            return VectorStoreIndex.fromvector_store(store, embed_model=embed_model)
+            return VectorStoreIndex.from_vector_store(store, embed_model=embed_model)
         logger.warning(
             "%s was written by llama-index-recency 0.1.0 (qdrant-client local mode); it works "
             "as is, and `llama-index-recency migrate %s NEW_PATH` moves it to Qdrant Edge "
@@ -120,7 +120,7 @@ def open_memory_index(
     vector_store = QdrantVectorStore(
         collection_name=collection_name, client=client, aclient=aclient
     )
-    return VectorStoreIndex.fromvector_store(vector_store, embed_model=embed_model)
+    return VectorStoreIndex.from_vector_store(vector_store, embed_model=embed_model)
 
 
 def open_memory_store(

@@ -20,7 +20,11 @@ from llama_index_recency.embeddings import (
     EmbeddingMismatchError,
     FallbackEmbedding,
 )
-from llama_index_recency.store import EMBEDDING_METADATA_KEY
+from llama_index_recency.store import (
+    EMBEDDING_METADATA_KEY,
+    close_memory_index,
+    count_memories,
+)
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 TEXT = "2026-09-01: Taro has been drinking sweet café au lait lately."
@@ -137,18 +141,18 @@ async def test_async_path_uses_the_api_then_falls_back(minilm_server, minilm) ->
 def test_collection_records_the_embedding(minilm_server, minilm, tmp_path) -> None:
     index = open_memory_index(fallback(minilm_server.base_url, minilm), path=str(tmp_path))
     index.insert_nodes([memory_node("Taro likes trains.", "2026-09-01")])
-    config = index.vector_store.client.get_collection("memories").config
-    assert config.metadata == {EMBEDDING_METADATA_KEY: {"model": MINILM, "dimensions": 384}}
-    index.vector_store.client.close()
+    recorded = index.vector_store.metadata[EMBEDDING_METADATA_KEY]
+    assert recorded == {"model": MINILM, "dimensions": 384}
+    close_memory_index(index)
     # Reopened with the same model: accepted, and the memory is still there.
     reopened = open_memory_index(fallback(minilm_server.base_url, minilm), path=str(tmp_path))
-    assert reopened.vector_store.client.count("memories").count == 1
+    assert count_memories(reopened) == 1
 
 
 def test_collection_refuses_another_model(tmp_path) -> None:
     node = memory_node("Taro likes trains.", "2026-09-01")
     embed = KnownCosineEmbedding({node.get_content(metadata_mode="embed"): 0.5})
-    open_memory_index(embed, path=str(tmp_path)).vector_store.client.close()
+    close_memory_index(open_memory_index(embed, path=str(tmp_path)))
     with pytest.raises(EmbeddingMismatchError, match="written with 'known-cosine' \\(2 dims\\).*'other'"):
         open_memory_index(embed, path=str(tmp_path), embedding_name="other")
 
@@ -156,7 +160,7 @@ def test_collection_refuses_another_model(tmp_path) -> None:
 def test_collection_refuses_another_dimension(tmp_path) -> None:
     two = KnownCosineEmbedding({"a": 0.5})
     three = KnownCosineEmbedding({"a": 0.5, "b": 0.5})
-    open_memory_index(two, path=str(tmp_path)).vector_store.client.close()
+    close_memory_index(open_memory_index(two, path=str(tmp_path)))
     with pytest.raises(EmbeddingMismatchError, match="\\(2 dims\\).*\\(3 dims\\)"):
         open_memory_index(three, path=str(tmp_path))
 
