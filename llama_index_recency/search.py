@@ -190,9 +190,12 @@ def _rank_window(
     seen: Sequence[NodeWithScore] | object,
     floor: float,
 ) -> RecencyRanking:
-    """Rank the seen memories that can pass (raw >= threshold - weight), best raw first."""
+    """Rank the seen memories that can pass (raw >= threshold - weight), best raw first.
+
+    Ties (equal raw cosine) go by node id, so the answer never depends on which search
+    happened to see a memory first."""
     window = sorted(
         (c for c in seen if (c.score or 0.0) >= floor),  # type: ignore[attr-defined]
-        key=lambda c: -(c.score or 0.0),
+        key=lambda c: (-(c.score or 0.0), c.node.node_id),
     )
     return policy.rank(window, reference)

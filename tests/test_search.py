@@ -54,11 +54,12 @@ def run(policy: RecencyPolicy, memories: Sequence[NodeWithScore], first_limit: i
 
 
 def everything(policy: RecencyPolicy, memories: Sequence[NodeWithScore]) -> list[tuple[str, float]]:
-    ranked = policy.rank(sorted(memories, key=lambda m: -(m.score or 0.0)), REFERENCE)
+    ranked = policy.rank(sorted(memories, key=lambda m: (-(m.score or 0.0), m.node.node_id)),
+                         REFERENCE)
     return [(n.node.node_id, n.score) for n in ranked.nodes]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
     rows=st.lists(
         st.tuples(
