@@ -52,8 +52,11 @@ from llama_index_recency.store import (
     close_memory_index,
     count_memories,
     get_memories,
+    index_policy,
     migrate_store,
     open_memory_index,
+    open_memory_store,
+    save_policy,
 )
 from llama_index_recency.writer import (
     MEMORY_EXTRACTION_PROMPT,
@@ -108,10 +111,12 @@ __all__ = [
     "extract_memories",
     "fit_threshold",
     "get_memories",
+    "index_policy",
     "memory_node",
     "migrate_store",
     "offline_embedding",
     "open_memory_index",
+    "open_memory_store",
     "openai_like_llm",
     "parse_transcript",
     "points_to_past",
@@ -119,4 +124,5 @@ __all__ = [
     "remember",
     "remember_transcript",
     "retrieve_candidates",
+    "save_policy",
 ]

@@ -20,6 +20,13 @@ QWEN3_QUERY_INSTRUCTION = (
     "memories about the user that help answer it\nQuery:"
 )
 
+CALIBRATED_POLICIES: dict[str, dict[str, float]] = {
+    # The seed's pass on Qwen3-Embedding-0.6B at 256 dims (16 memories, 10 questions).
+    QWEN3_EMBEDDING: {"weight": 0.05, "tau_days": 14.0, "threshold": 0.45},
+}
+"""Shipped (weight, tau_days, threshold) per embedding model name, used when a store records
+no calibrated policy of its own (see ``store.index_policy``)."""
+
 LLM_BASE_URL_ENV = "RECENCY_LLM_BASE_URL"
 LLM_API_KEY_ENV = "RECENCY_LLM_API_KEY"
 LLM_MODEL_ENV = "RECENCY_LLM_MODEL"

@@ -33,7 +33,7 @@ from qdrant_client import models
 from llama_index_recency.filters import to_qdrant_filter
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 from llama_index_recency.search import MemorySearch, SearchPlan, dated_filter, exact_recency_search
-from llama_index_recency.store import qdrant_selection
+from llama_index_recency.store import index_policy, qdrant_selection
 from llama_index_recency.updates import USER_ID_KEY, with_successors
 
 
@@ -71,9 +71,14 @@ class QdrantRecencyRetriever(BaseRetriever):
         policy: Optional[RecencyPolicy] = None,
         **kwargs: Any,
     ) -> "QdrantRecencyRetriever":
-        """The retriever over a memory index from ``open_memory_index``, with its embedding model."""
+        """The retriever over a memory index from ``open_memory_index``, with its embedding model.
+
+        Without ``policy`` it ranks with the store's own (:func:`~llama_index_recency.store.index_policy`:
+        calibrated and saved with it, else its model's shipped one, else the seed's).
+        """
         # VectorStoreIndex keeps its embedding model private; its own as_retriever reads it too.
-        return cls(index.vector_store, index._embed_model, policy=policy, **kwargs)
+        return cls(index.vector_store, index._embed_model, policy=policy or index_policy(index),
+                   **kwargs)
 
     @property
     def policy(self) -> RecencyPolicy:

@@ -39,6 +39,8 @@ from qdrant_client import AsyncQdrantClient, QdrantClient, models
 from llama_index_recency.edge import MemoryStoreLockedError, QdrantEdgeVectorStore
 from llama_index_recency.embeddings import EmbeddingMismatchError
 from llama_index_recency.filters import to_qdrant_filter
+from llama_index_recency.models import CALIBRATED_POLICIES
+from llama_index_recency.scoring import RecencyPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +48,9 @@ DEFAULT_COLLECTION = "memories"
 
 EMBEDDING_METADATA_KEY = "llama_index_recency.embedding"
 """Collection-metadata key holding ``{"model": name, "dimensions": n}``."""
+
+POLICY_METADATA_KEY = "llama_index_recency.policy"
+"""Collection-metadata key holding the calibrated policy: weight, tau_days, threshold, top_n."""
 
 EDGE_DIRECTORY = "edge"
 """Subdirectory of a store path holding one Edge shard per collection."""
@@ -57,6 +62,7 @@ _COPY_BATCH = 256
 __all__ = [
     "DEFAULT_COLLECTION",
     "EMBEDDING_METADATA_KEY",
+    "POLICY_METADATA_KEY",
     "MemoryStoreLockedError",
     "MemoryStoreNotFoundError",
     "Migration",
@@ -65,9 +71,11 @@ __all__ = [
     "count_memories",
     "delete_memories",
     "get_memories",
+    "index_policy",
     "migrate_store",
     "open_memory_index",
     "open_memory_store",
+    "save_policy",
 ]
 
 
@@ -327,6 +335,44 @@ def close_memory_index(index: MemoryStore) -> None:
         store.close()
     elif store.client is not None:
         store.client.close()
+
+
+def save_policy(index: MemoryStore, policy: RecencyPolicy) -> None:
+    """Record ``policy`` (weight, tau_days, threshold, top_n) with the collection."""
+    record = {POLICY_METADATA_KEY: {
+        "weight": policy.weight, "tau_days": policy.tau_days,
+        "threshold": policy.threshold, "top_n": policy.top_n,
+    }}
+    store = vector_store_of(index)
+    if isinstance(store, QdrantEdgeVectorStore):
+        store.update_metadata(record)
+        return
+    client = store.client
+    metadata = dict(client.get_collection(store.collection_name).config.metadata or {})
+    client.update_collection(store.collection_name, metadata={**metadata, **record})
+
+
+def index_policy(index: MemoryStore, **overrides: Any) -> RecencyPolicy:
+    """The policy to rank this store with: the one calibrated and saved with it, else the
+    shipped one for its embedding model (``models.CALIBRATED_POLICIES``), else the seed's.
+
+    ``overrides`` (e.g. ``reference_date=...``) are applied on top.
+    """
+    metadata = _collection_metadata(vector_store_of(index))
+    values = metadata.get(POLICY_METADATA_KEY)
+    if values is None:
+        model = (metadata.get(EMBEDDING_METADATA_KEY) or {}).get("model")
+        values = CALIBRATED_POLICIES.get(model, {})
+    return RecencyPolicy(**{**values, **overrides})
+
+
+def _collection_metadata(store: BasePydanticVectorStore) -> dict[str, Any]:
+    if isinstance(store, QdrantEdgeVectorStore):
+        return store.metadata
+    client = store.client
+    if client is None or not client.collection_exists(store.collection_name):
+        return {}
+    return dict(client.get_collection(store.collection_name).config.metadata or {})
 
 
 @dataclass(frozen=True)

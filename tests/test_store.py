@@ -17,6 +17,7 @@ from qdrant_client import QdrantClient, models
 from llama_index_recency import (
     QdrantRecencyRetriever,
     RecencyBonusPostprocessor,
+    RecencyPolicy,
     memory_node,
     open_memory_index,
 )
@@ -30,7 +31,9 @@ from llama_index_recency.store import (
     close_memory_index,
     count_memories,
     get_memories,
+    index_policy,
     migrate_store,
+    save_policy,
 )
 
 from conftest import QUERY, KnownCosineEmbedding, cosines_for
@@ -196,3 +199,22 @@ def test_a_shard_of_another_dimension_is_refused_as_a_mismatch(tmp_path: Path) -
     edge.close()
     with pytest.raises(EmbeddingMismatchError, match="an unrecorded model.*3 dims.*9 dims"):
         open_memory_index(embed(), path=tmp_path)
+
+
+@pytest.mark.parametrize("engine", ["edge", "0.1.0"])
+def test_a_calibrated_policy_is_saved_with_the_store_and_read_back(tmp_path: Path, engine: str) -> None:
+    if engine == "0.1.0":
+        write_0_1_0_store(tmp_path)
+    index = open_memory_index(embed(), path=tmp_path)
+    assert index_policy(index) == RecencyPolicy()  # nothing recorded, no shipped default: the seed's
+    save_policy(index, RecencyPolicy(weight=0.0267, tau_days=30, threshold=0.83, top_n=2))
+    close_memory_index(index)
+    reopened = open_memory_index(embed(), path=tmp_path)
+    policy = index_policy(reopened, reference_date=SEED_TODAY)
+    assert (policy.weight, policy.tau_days, policy.threshold, policy.top_n) == (0.0267, 30, 0.83, 2)
+    assert policy.reference_date == SEED_TODAY
+
+
+def test_a_store_without_a_record_gets_its_models_shipped_policy(tmp_path: Path) -> None:
+    index = open_memory_index(embed(), path=tmp_path, embedding_name="Qwen/Qwen3-Embedding-0.6B")
+    assert index_policy(index) == RecencyPolicy(weight=0.05, tau_days=14, threshold=0.45)
