@@ -17,8 +17,13 @@ Engines: ``local`` (QdrantVectorStore over QdrantClient(path=...)) and ``edge``
 ``raw = M @ q; final = raw + 0.05 * exp(-age / 14)`` per query; ``edge-top8`` is the old way
 (top 8 by raw cosine, then RecencyBonusPostprocessor) on the Edge store. Ingest, then
 reopen + queries, each run in a fresh process per engine, so reopen time and RSS are the
-engine's own. Recall@3 is against a float64 brute force computed here. Writes
-``benchmarks/results/engines.csv``.
+engine's own. Recall@3 is against a float64 brute force computed here; "searches" counts
+the plain searches each query made (the store's ``query`` method, wrapped here).
+
+Local mode commits (fsyncs) every point: its first 200 memories are written that way, as
+0.1.0 writes them, and the rest through the same ``QdrantVectorStore.add`` with sqlite's
+``synchronous=OFF``. Each searcher stops after ``--budget`` seconds of queries (at least 5),
+which only local mode reaches. Writes ``benchmarks/results/engines.csv``.
 """
 
 from __future__ import annotations
@@ -124,9 +129,11 @@ def fresh_raw_rank(data: dict[str, np.ndarray]) -> int:
 # --- engines, each phase in a fresh process ---------------------------------------------------
 
 
-def _rss_mib() -> float:
+def _rss_mib(field: str = "VmRSS") -> float:
+    """This process's resident memory; ``RssFile`` is the part that maps files (the kernel
+    can drop it, unlike ``RssAnon``)."""
     with open("/proc/self/status") as status:
-        line = next(line for line in status if line.startswith("VmRSS:"))
+        line = next(line for line in status if line.startswith(f"{field}:"))
     return int(line.split()[1]) / 1024
 
 
@@ -265,6 +272,8 @@ def query(engine: str, data_file: str, path: str, budget_s: float) -> dict[str, 
         "rss_before_mib": rss_before,
         "rss_open_mib": rss_open,
         "rss_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_end_mib": _rss_mib(),
+        "rss_end_file_mib": _rss_mib("RssFile"),
         "runs": runs,
     }
 
@@ -291,6 +300,7 @@ def disk_mib(path: str) -> float:
 def bench(
     shape: str, size: int, engines: list[str], n_queries: int, seed: int, budget_s: float
 ) -> list[dict]:
+    """One CSV row per searcher: every engine ingests the same data, then reopens and queries."""
     data = make_data(shape, size, n_queries, seed)
     expected = truth(data)
     rank = fresh_raw_rank(data) if shape == "crowded" else None
@@ -324,6 +334,8 @@ def bench(
                     "rss_before_mib": None if shared else measured["rss_before_mib"],
                     "rss_open_mib": None if shared else measured["rss_open_mib"],
                     "rss_peak_mib": None if shared else measured["rss_peak_mib"],
+                    "rss_end_mib": None if shared else measured["rss_end_mib"],
+                    "rss_end_file_mib": None if shared else measured["rss_end_file_mib"],
                     "disk_mib": None if shared else disk,
                     "raw_vector_mib": size * DIM * 4 / 2**20,
                     "fresh_raw_rank": rank,
@@ -343,7 +355,7 @@ def _fmt(value: Any, spec: str) -> str:
 
 def markdown(rows: list[dict]) -> str:
     head = ("| shape | N | engine | queries | median ms | p95 ms | recall@3 | exact "
-            "| searches mean/max | ingest/s | reopen s | RSS open MiB (Δ) | RSS peak MiB "
+            "| searches mean/max | ingest/s | reopen s | RSS open MiB (Δ) | RSS end MiB (file) "
             "| disk MiB |")
     lines = [head, "|" + "---|" * 14]
     for r in rows:
@@ -352,6 +364,7 @@ def markdown(rows: list[dict]) -> str:
         if r["durable_ingest_per_s"] is not None:
             ingest += f" ({r['durable_ingest_per_s']:,.0f} fsync'd)"
         rss = "—" if delta is None else f"{r['rss_open_mib']:,.0f} ({delta:+,.0f})"
+        end = "—" if delta is None else f"{r['rss_end_mib']:,.0f} ({r['rss_end_file_mib']:,.0f})"
         searches = f"{r['searches_mean']:.1f}/{r['searches_max']}"
         if r["engine"] == "numpy":
             searches = "—"
@@ -360,7 +373,7 @@ def markdown(rows: list[dict]) -> str:
             f"| {r['median_ms']:.2f} | {r['p95_ms']:.2f} | {r['recall_at_3']:.3f} "
             f"| {r['exact']:.3f} | {searches} "
             f"| {ingest} | {_fmt(r['reopen_s'], '.2f')} | {rss} "
-            f"| {_fmt(r['rss_peak_mib'], ',.0f')} | {_fmt(r['disk_mib'], ',.1f')} |"
+            f"| {end} | {_fmt(r['disk_mib'], ',.1f')} |"
         )
     return "\n".join(lines)
 
