@@ -31,12 +31,12 @@ from llama_index.core.vector_stores.utils import (
 from pydantic_core import PydanticSerializationError
 
 from llama_index_recency.filters import to_edge_filter
+from llama_index_recency.memory import USER_ID_KEY
 
 METADATA_FILE = "collection_metadata.json"
 """Collection metadata, JSON, kept inside the shard directory (Edge ignores foreign files)."""
 
 DOCUMENT_ID_KEY = "doc_id"
-USER_ID_KEY = "user_id"
 
 _EDGE_CONFIG_FILE = "edge_config.json"
 _BATCH = 256

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import unicodedata
 import uuid
+from collections.abc import Sequence
 from datetime import date, datetime, timezone
 from typing import Any, Optional
 
@@ -34,9 +35,24 @@ _GENERIC_SUBJECT = re.compile(
 )
 
 
-def memory_id(fact: str, memory_date: str) -> str:
-    """Deterministic id from date and fact, so storing the same memory twice overwrites it."""
-    return str(uuid.uuid5(MEMORY_NAMESPACE, f"{memory_date}\n{fact}"))
+USER_ID_KEY = "user_id"
+"""Metadata / payload key scoping a memory to one user."""
+
+SUPERSEDES_KEY = "supersedes"
+"""Metadata key: ids of the earlier memories a memory updates or contradicts."""
+
+SUPERSEDED_BY_KEY = "superseded_by"
+"""Metadata key: ids of the later memories that update this one."""
+
+
+def memory_id(fact: str, memory_date: str, user_id: Optional[str] = None) -> str:
+    """Deterministic id from (user,) date and fact, so storing the same memory twice overwrites it.
+
+    Unscoped ids are exactly 0.1.0's, so existing stores never get duplicates; a user's
+    id includes the user, so two users' identical facts on one day stay two memories.
+    """
+    key = f"{memory_date}\n{fact}" if user_id is None else f"{user_id}\n{memory_date}\n{fact}"
+    return str(uuid.uuid5(MEMORY_NAMESPACE, key))
 
 
 def check_user_name(user_name: str) -> str:
@@ -68,13 +84,18 @@ def memory_node(
     memory_date: date | datetime | str,
     *,
     user_name: Optional[str] = None,
+    user_id: Optional[str] = None,
+    supersedes: Optional[Sequence[str]] = None,
     date_key: str = "date",
     metadata: Optional[dict[str, Any]] = None,
 ) -> TextNode:
     """Build the node for one memory: text ``"YYYY-MM-DD: <fact>"``, ISO date in metadata.
 
     ``user_name`` replaces the generic subject (:func:`with_subject`); a fact longer than
-    :data:`MAX_FACT_CHARS` is refused.
+    :data:`MAX_FACT_CHARS` is refused. ``user_id`` scopes the memory to one user (stored
+    under :data:`USER_ID_KEY` and part of the id); ``supersedes`` names the ids of earlier
+    memories this one updates (store it with ``updates.insert_memories`` so they get
+    the back link).
 
     The date stays in the embedded text (dropping it changed cosines in the seed's
     measurements) and is also stored under ``date_key`` for the bonus. Metadata is
@@ -94,9 +115,18 @@ def memory_node(
     extra = dict(metadata or {})
     if date_key in extra:
         raise ValueError(f"metadata already has {date_key!r}; pass the date as memory_date")
+    for key, value in ((USER_ID_KEY, user_id), (SUPERSEDES_KEY, supersedes)):
+        if value is not None and key in extra:
+            raise ValueError(f"pass {key} as the {key}= argument or in metadata, not both")
+    if user_id is not None:
+        if not isinstance(user_id, str) or not user_id.strip():
+            raise ValueError(f"user_id must be a non-blank string, got {user_id!r}")
+        extra[USER_ID_KEY] = user_id
+    if supersedes:
+        extra[SUPERSEDES_KEY] = sorted({str(i) for i in supersedes})
     node_metadata = {date_key: iso_date, **extra}
     return TextNode(
-        id_=memory_id(fact, iso_date),
+        id_=memory_id(fact, iso_date, extra.get(USER_ID_KEY)),
         text=f"{iso_date[:10]}: {fact}",
         metadata=node_metadata,
         excluded_embed_metadata_keys=list(node_metadata),

@@ -34,7 +34,8 @@ from llama_index_recency.filters import to_qdrant_filter
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 from llama_index_recency.search import MemorySearch, SearchPlan, dated_filter, exact_recency_search
 from llama_index_recency.store import index_policy, qdrant_selection
-from llama_index_recency.updates import USER_ID_KEY, with_successors
+from llama_index_recency.memory import USER_ID_KEY
+from llama_index_recency.updates import with_successors
 
 
 class QdrantRecencyRetriever(BaseRetriever):

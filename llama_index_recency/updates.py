@@ -23,18 +23,15 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
-from llama_index_recency.scoring import RankedMemory, RecencyPolicy, RecencyRanking, parse_memory_date
+from llama_index_recency.memory import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY
+from llama_index_recency.scoring import (
+    RankedMemory,
+    RecencyPolicy,
+    RecencyRanking,
+    parse_memory_date,
+)
 from llama_index_recency.search import MemorySearch, SearchPlan
 from llama_index_recency.store import MemoryStore, delete_memories, get_memories, vector_store_of
-
-SUPERSEDES_KEY = "supersedes"
-"""Metadata key: ids of the earlier memories a memory updates or contradicts."""
-
-SUPERSEDED_BY_KEY = "superseded_by"
-"""Metadata key: ids of the later memories that update this one."""
-
-USER_ID_KEY = "user_id"
-"""Metadata key scoping a memory to one user."""
 
 LINK_KEYS = (SUPERSEDES_KEY, SUPERSEDED_BY_KEY)
 

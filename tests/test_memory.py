@@ -127,3 +127,32 @@ def test_bundled_example_matches_the_seed() -> None:
     targets = {key for q in questions for key in q.targets}
     assert targets <= set(by_key)
     assert all(not q.targets for q in questions if q.kind == "hit_free")
+
+
+def test_a_users_memory_id_includes_the_user_and_unscoped_ids_stay_as_in_0_1_0() -> None:
+    fact, day = "The user drinks coffee black.", "2026-08-20"
+    unscoped = memory_node(fact, day)
+    taro = memory_node(fact, day, user_id="taro")
+    hanako = memory_node(fact, day, user_id="hanako")
+    assert unscoped.node_id == memory_id(fact, day)  # what 0.1.0 stored: no duplicates
+    assert len({unscoped.node_id, taro.node_id, hanako.node_id}) == 3
+    assert taro.node_id == memory_node(fact, day, user_id="taro").node_id  # still deterministic
+    assert taro.metadata == {"date": day, "user_id": "taro"}
+    assert "taro" not in taro.get_content(metadata_mode="embed")
+
+
+def test_supersedes_is_stored_as_a_sorted_id_list_never_shown() -> None:
+    node = memory_node("The user drinks tea now.", "2026-09-08", supersedes=["b", "a", "b"])
+    assert node.metadata["supersedes"] == ["a", "b"]
+    assert node.get_content(metadata_mode="llm") == "2026-09-08: The user drinks tea now."
+
+
+@pytest.mark.parametrize("user_id", ["", "  ", 7])
+def test_a_blank_or_non_string_user_id_is_refused(user_id) -> None:
+    with pytest.raises(ValueError, match="user_id must be a non-blank string"):
+        memory_node("The user likes tea.", "2026-09-08", user_id=user_id)
+
+
+def test_user_id_given_twice_is_refused() -> None:
+    with pytest.raises(ValueError, match="pass user_id as the user_id= argument or in metadata"):
+        memory_node("The user likes tea.", "2026-09-08", user_id="a", metadata={"user_id": "b"})
