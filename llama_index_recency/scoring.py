@@ -243,6 +243,16 @@ class RecencyPolicy(BaseModel):
             rows.append(replace(row, kept=reason == "kept", reason=reason))
         return RecencyRanking(rows=tuple(rows), nodes=tuple(kept))
 
+    def final_score(self, raw: float, date_value: Any, reference: datetime) -> Optional[float]:
+        """A candidate's final score from its raw cosine and stored date, without building a row:
+        raw + bonus, raw alone for an unreadable date, None when ``on_missing_date`` drops it.
+        (For searches that must compare many candidates cheaply; :meth:`rank` decides.)"""
+        try:
+            memory_date = parse_memory_date(date_value)
+        except ValueError:
+            return None if self.on_missing_date == "drop" else raw
+        return raw + self.bonus(age_in_days(memory_date, reference))
+
     def _score(
         self, candidate: NodeWithScore, reference: datetime, bonus_scale: float
     ) -> RankedMemory:

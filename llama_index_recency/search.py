@@ -17,6 +17,7 @@ the same algorithm, sync or async, and only translates the request.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
@@ -117,6 +118,7 @@ def exact_recency_search(
         policy.rank(window_undated, reference)  # raises MemoryDateError naming it
     tier_ages = [policy.tau_days * math.log(1 / share) for share in TIER_BONUS_FRACTIONS]
     seen: dict[str, NodeWithScore] = {}
+    passing: list[float] = []  # final scores >= threshold among the seen (the proof needs only these)
     limit = first_limit
     while True:
         # kth[j]: the limit-th raw score of set j (0 = every memory, j = tier j), or -inf
@@ -129,12 +131,16 @@ def exact_recency_search(
                 limit=limit, filters=filters, since=None if since is None else since - _TIER_SLACK
             )
             for candidate in results:
-                seen.setdefault(candidate.node.node_id, candidate)
+                if candidate.node.node_id not in seen:
+                    seen[candidate.node.node_id] = candidate
+                    final = policy.final_score(candidate.score or 0.0,
+                                               candidate.node.metadata.get(policy.date_key),
+                                               reference)
+                    if final is not None and final >= policy.threshold:
+                        passing.append(final)
             kth[target] = (results[-1].score or 0.0) if len(results) >= limit else -math.inf
-            ranking = _rank_window(policy, reference, seen.values(), floor)
-            bound = _unseen_bound(policy, tier_ages, kth)
-            if _proven(policy, ranking, bound):
-                return ranking
+            if _proven(policy, passing, _unseen_bound(policy, tier_ages, kth)):
+                return _rank_window(policy, reference, seen.values(), floor)
             if len(kth) == len(tier_ages) + 1:
                 break  # every set searched at this limit: widen
         limit *= 4
@@ -176,12 +182,12 @@ def _unseen_bound(policy: RecencyPolicy, tier_ages: list[float], kth: dict[int, 
     return max(_bracket_terms(policy, tier_ages, kth)) + _SCORE_SLACK
 
 
-def _proven(policy: RecencyPolicy, ranking: RecencyRanking, bound: float) -> bool:
+def _proven(policy: RecencyPolicy, passing: list[float], bound: float) -> bool:
     """Nothing unseen can pass the threshold, or all n places are held by scores above it."""
     if bound < policy.threshold:
         return True
-    kept = ranking.nodes
-    return len(kept) == policy.top_n and (kept[-1].score or 0.0) > bound
+    top = heapq.nlargest(policy.top_n, passing)
+    return len(top) == policy.top_n and top[-1] > bound
 
 
 def _rank_window(
