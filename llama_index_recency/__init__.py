@@ -30,6 +30,7 @@ from llama_index_recency.examples import (
     example_questions,
 )
 from llama_index_recency.memory import memory_node
+from llama_index_recency.memory_block import RecencyMemoryBlock
 from llama_index_recency.models import offline_embedding, openai_like_llm, qwen3_embedding
 from llama_index_recency.past import PAST_POINTING_PATTERNS, points_to_past
 from llama_index_recency.postprocessor import RecencyBonusPostprocessor
@@ -58,6 +59,7 @@ from llama_index_recency.store import (
     open_memory_store,
     save_policy,
 )
+from llama_index_recency.updates import forget, insert_memories
 from llama_index_recency.writer import (
     MEMORY_EXTRACTION_PROMPT,
     MemoryWriteError,
@@ -94,6 +96,7 @@ __all__ = [
     "RankedMemory",
     "RecencyBonusPostprocessor",
     "RecencyChatEngine",
+    "RecencyMemoryBlock",
     "RecencyPolicy",
     "RecencyRanking",
     "RetrievedCandidates",
@@ -110,8 +113,10 @@ __all__ = [
     "example_questions",
     "extract_memories",
     "fit_threshold",
+    "forget",
     "get_memories",
     "index_policy",
+    "insert_memories",
     "memory_node",
     "migrate_store",
     "offline_embedding",
