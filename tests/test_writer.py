@@ -13,6 +13,7 @@ from llama_index.llms.openai_like import OpenAILike
 from llama_index_recency import (
     RecencyBonusPostprocessor,
     count_memories,
+    get_memories,
     memory_node,
     open_memory_index,
     openai_like_llm,
@@ -441,3 +442,46 @@ def test_real_embedding_finds_the_written_memory(openai_server, llm, minilm) -> 
     assert [n.node.get_content() for n in kept] == [
         f"{DAY}: Taro has been drinking sweet café au lait lately."
     ]
+
+
+# -- updated facts: the LLM sees the user's related memories and names what a fact updates ----
+
+BLACK_STORED = "2026-08-20: Taro drinks coffee black."
+
+
+def updates_index():
+    """Taro's stored black-coffee memory (and hanako's identical one, out of taro's scope)."""
+    index = open_memory_index(KnownCosineEmbedding({**STORED, BLACK_STORED: 0.6}))
+    index.insert_nodes([memory_node("The user drinks coffee black.", "2026-08-20",
+                                    user_name="Taro", user_id=user) for user in ("taro", "hanako")])
+    return index
+
+
+def test_a_fact_that_updates_an_existing_memory_is_linked_to_it(openai_server, llm) -> None:
+    index = updates_index()
+    black = next(n for n in get_memories(index) if n.metadata["user_id"] == "taro")
+    openai_server.reply = json.dumps({"memories": [
+        {"turn": 1, "kind": "habit_change", "fact": CAFE, "updates": ["E1"]}]})
+    (cafe,) = remember(parse_transcript(TRANSCRIPT)[:2], index, llm, memory_date=DAY,
+                       user_name="Taro", user_id="taro")
+
+    conversation = openai_server.requests[-1]["messages"][-1]["content"]
+    # Only taro's memory is shown, as data after the conversation.
+    assert conversation.endswith(
+        "</conversation>\n<existing_memories>\nE1. 2026-08-20: Taro drinks coffee black.\n"
+        "</existing_memories>")
+    assert cafe.metadata["supersedes"] == [black.node_id] and cafe.metadata["user_id"] == "taro"
+    stored = {n.node_id: n for n in get_memories(index)}
+    assert stored[black.node_id].metadata["superseded_by"] == [cafe.node_id]
+    hanakos = [n for n in stored.values() if n.metadata["user_id"] == "hanako"]
+    assert "superseded_by" not in hanakos[0].metadata
+
+
+def test_an_update_of_a_memory_not_shown_is_refused(openai_server, llm) -> None:
+    index = updates_index()
+    openai_server.reply = json.dumps({"memories": [
+        {"turn": 1, "kind": "habit_change", "fact": CAFE, "updates": ["E7"]}]})
+    with pytest.raises(MemoryWriteError, match=r"updates \['E7'\] name no existing memory shown"):
+        remember(parse_transcript(TRANSCRIPT)[:2], index, llm, memory_date=DAY, user_id="taro",
+                 user_name="Taro")
+    assert count_memories(index) == 2
