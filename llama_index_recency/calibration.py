@@ -4,6 +4,12 @@ The seed fitted ``0.05 * exp(-days / 14)`` with a "four-candidate pass" over its
 memories: (a) no hit-free question may put a memory at or over the threshold, and every
 target memory of a hit question must reach it. :func:`calibrate` reruns that pass over
 any store and grid; :func:`fit_threshold` places the threshold for a new embedding model.
+
+The seed's numbers are Qwen3's; cosines of another model live on their own scale (e5's
+sit in 0.72-0.90 with an sd of ~0.027, so a 0.05 bonus is two sd there).
+:func:`fit_policy` therefore scales the candidate weights to the model's own spread
+(``weight = k * sd``, :data:`SPREAD_KS`, :data:`SPREAD_TAUS`), fits the threshold for
+each candidate, and adopts by a documented rule (see :func:`fit_policy`).
 Candidates are retrieved once (top-k by raw cosine) and re-scored per grid point with
 :class:`~llama_index_recency.scoring.RecencyPolicy`, so the numbers are the postprocessor's.
 """
@@ -26,6 +32,16 @@ SEED_GRID: tuple[tuple[float, float], ...] = (
 )
 """The seed's four (weight, tau_days) candidates, smallest bonus first."""
 
+SPREAD_KS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.5, 1.0, 1.5, 2.0)
+"""Bonus weights :func:`fit_policy` tries, in units of the raw-cosine sd: ``weight = k * sd``.
+
+From a bonus too small to reorder anything (0.1 sd) to one that outweighs a typical
+difference in relevance (2 sd: the seed's 0.05 is ~1.5 sd for Qwen3 and ~2 sd for e5).
+"""
+
+SPREAD_TAUS: tuple[float, ...] = (14.0, 30.0)
+"""Bonus decays :func:`fit_policy` tries, in days: the seed's two."""
+
 DEFAULT_KEY = "key"
 """Metadata key naming a memory in questions' ``targets`` (the node id when it is absent)."""
 
@@ -36,6 +52,11 @@ class RetrievedCandidates:
 
     question: ExampleQuestion
     candidates: tuple[NodeWithScore, ...]
+
+    def top(self, top_k: int) -> RetrievedCandidates:
+        """The same question with only its ``top_k`` best candidates by raw cosine."""
+        best = sorted(self.candidates, key=lambda n: n.score or 0.0, reverse=True)
+        return RetrievedCandidates(self.question, tuple(best[:top_k]))
 
 
 @dataclass(frozen=True)
@@ -274,6 +295,193 @@ def fit_threshold(
     rounded = round(middle, 2)
     threshold = rounded if hit_free.final < rounded <= lowest.final else middle
     return ThresholdFit(policy.weight, policy.tau_days, hit_free, lowest, threshold, unreachable)
+
+
+def raw_cosine_sd(*stores: Sequence[RetrievedCandidates]) -> float:
+    """The model's score spread: the sd of raw cosines over every (question, memory) pair.
+
+    Retrieve every memory for it (``similarity_top_k`` = the store's size). Given several
+    stores (e.g. one per language), each is measured from its own mean (pooled
+    within-store sd), so an offset between languages does not count as spread.
+    """
+    squares, count = 0.0, 0
+    for retrieved in stores:
+        scores = [n.score for item in retrieved for n in item.candidates if n.score is not None]
+        if scores:
+            mean = sum(scores) / len(scores)
+            squares += sum((score - mean) ** 2 for score in scores)
+            count += len(scores)
+    if count < 2 or squares <= 0:
+        raise ValueError("the spread needs at least two different raw cosines; is the store empty?")
+    return math.sqrt(squares / count)
+
+
+def spread_grid(
+    sd: float, ks: Sequence[float] = SPREAD_KS, taus: Sequence[float] = SPREAD_TAUS
+) -> tuple[tuple[float, float], ...]:
+    """(weight, tau_days) candidates with ``weight = k * sd`` (rounded to 5 decimals)."""
+    if not (0 < sd < math.inf):
+        raise ValueError(f"the raw-cosine sd must be finite and > 0, got {sd}")
+    return tuple((round(k * sd, 5), tau) for tau in taus for k in ks)
+
+
+@dataclass(frozen=True)
+class PolicyCandidate:
+    """One (weight, tau_days) with its own fitted threshold and what it does."""
+
+    fit: ThresholdFit
+    result: CandidateResult | None
+    """The conditions checked at the fitted threshold; ``None`` when no threshold separates."""
+    newer_first: tuple[str, ...]
+    """Contradiction questions whose target (the newer memory) ranks first after the bonus."""
+    contradictions: int
+    sd: float
+
+    @property
+    def weight(self) -> float:
+        return self.fit.weight
+
+    @property
+    def tau_days(self) -> float:
+        return self.fit.tau_days
+
+    @property
+    def threshold(self) -> float | None:
+        return self.fit.threshold
+
+    @property
+    def k(self) -> float:
+        """The weight in sd units."""
+        return self.weight / self.sd
+
+    @property
+    def passed(self) -> bool:
+        """Every target reaches the fitted threshold and no hit-free memory does."""
+        return self.result is not None and self.result.passed
+
+    @property
+    def headroom_sd(self) -> float | None:
+        """The fitted threshold's distance to the nearer side of its gap, in sd units."""
+        margin = self.fit.margin
+        return None if margin is None else margin / self.sd
+
+
+@dataclass(frozen=True)
+class PolicyFit:
+    """Every spread-scaled candidate, the spread they were scaled to, and the adopted one."""
+
+    sd: float
+    top_k: int
+    candidates: tuple[PolicyCandidate, ...]
+    adopted: PolicyCandidate | None
+    """See :func:`fit_policy` for the rule; ``None`` when no candidate passes."""
+
+    def policy(self, base: RecencyPolicy) -> RecencyPolicy:
+        """``base`` with the adopted weight, tau_days and threshold."""
+        if self.adopted is None or self.adopted.threshold is None:
+            raise ValueError("no candidate passes every condition; there is no policy to adopt")
+        adopted = self.adopted
+        return base.model_copy(update={"weight": adopted.weight, "tau_days": adopted.tau_days,
+                                       "threshold": adopted.threshold})
+
+    def verdict(self, candidate: PolicyCandidate) -> str:
+        """``"adopted"``, ``"passes"``, ``"no threshold"`` or ``"fails (b), (c)"``."""
+        if candidate.result is None:
+            return "no threshold"
+        if candidate.result.failed:
+            return "fails " + ", ".join(f"({letter})" for letter in candidate.result.failed)
+        return "adopted" if candidate is self.adopted else "passes"
+
+    def summary(self) -> str:
+        """One sentence: the adopted policy, its headroom and recency effect, or none."""
+        if self.adopted is None:
+            return ("No candidate passes every condition at any fitted threshold; none adopted. "
+                    "Check the labels, or whether this model separates the targets at all.")
+        best = self.adopted
+        assert best.threshold is not None and best.headroom_sd is not None
+        return (
+            f"Adopted weight={best.weight:g} ({best.k:.1f} sd), tau_days={best.tau_days:g}, "
+            f"threshold={best.threshold:.4g}: the newer memory first on "
+            f"{len(best.newer_first)} of {best.contradictions} contradiction questions; "
+            f"headroom {best.headroom_sd:.2f} sd (raw-cosine sd {self.sd:.4f})."
+        )
+
+    def to_table(self) -> str:
+        """A Markdown table: one row per candidate."""
+        header = ["k (sd)", "weight", "tau (days)", "Threshold", "Hit-free max",
+                  "Lowest target", "Headroom (sd)", "Newer first", "Verdict"]
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for c in self.candidates:
+            lowest = c.fit.lowest_target
+            cells = [
+                f"{c.k:.1f}", f"{c.weight:g}", f"{c.tau_days:g}",
+                "–" if c.threshold is None else f"{c.threshold:.4g}",
+                f"{c.fit.hit_free.final:.3f} ({c.fit.hit_free.question_id})",
+                "–" if lowest is None else f"{lowest.final:.3f} ({lowest.label})",
+                "–" if c.headroom_sd is None else f"{c.headroom_sd:.2f}",
+                f"{len(c.newer_first)}/{c.contradictions}",
+                self.verdict(c),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return f"{self.to_table()}\n\n{self.summary()}"
+
+
+def fit_policy(
+    retrieved: Sequence[RetrievedCandidates],
+    policy: RecencyPolicy,
+    sd: float,
+    grid: Sequence[tuple[float, float]] | None = None,
+    *,
+    key: str = DEFAULT_KEY,
+) -> PolicyFit:
+    """Fit threshold and (weight, tau_days) together, on the model's own scale.
+
+    Each candidate of ``grid`` (default :func:`spread_grid` of ``sd``, the raw-cosine sd
+    from :func:`raw_cosine_sd`) gets its threshold from :func:`fit_threshold` and is
+    checked with :func:`calibrate` at it. The adopted candidate is, among those where
+    every condition passes: the one whose newer memory comes first on the most
+    contradiction questions (all of them when any candidate does: a bonus too small to
+    reorder anything keeps no recency effect), then the largest headroom in sd units,
+    then the smaller weight. ``policy`` supplies the reference date and date handling.
+    """
+    _check_labels(retrieved)
+    candidates = []
+    for weight, tau_days in spread_grid(sd) if grid is None else grid:
+        bonus = _with_bonus(policy, weight, tau_days)
+        fit = fit_threshold(retrieved, bonus, key=key)
+        result = None
+        if fit.threshold is not None:
+            fitted = bonus.model_copy(update={"threshold": fit.threshold})
+            result = calibrate(retrieved, fitted, [(weight, tau_days)], key=key).results[0]
+        newer_first, contradictions = _newer_first(retrieved, bonus, key)
+        candidates.append(PolicyCandidate(fit, result, newer_first, contradictions, sd))
+    passing = [c for c in candidates if c.passed]
+    adopted = max(
+        passing, key=lambda c: (len(c.newer_first), c.headroom_sd or 0.0, -c.weight), default=None
+    )
+    top_k = max((len(item.candidates) for item in retrieved), default=0)
+    return PolicyFit(sd, top_k, tuple(candidates), adopted)
+
+
+def _newer_first(
+    retrieved: Sequence[RetrievedCandidates], policy: RecencyPolicy, key: str
+) -> tuple[tuple[str, ...], int]:
+    """The contradiction questions whose best post-bonus memory is a target, and how many."""
+    reference = policy.reference()
+    first, count = [], 0
+    for item in retrieved:
+        if item.question.kind != "contradiction":
+            continue
+        count += 1
+        keys = {n.node.node_id: n.node.metadata.get(key, n.node.node_id) for n in item.candidates}
+        rows = [row for row in policy.rank(item.candidates, reference).rows
+                if row.reason != DROPPED_NO_DATE]
+        if rows and keys[max(rows, key=lambda row: row.final).node_id] in item.question.targets:
+            first.append(item.question.id)
+    return tuple(first), count
 
 
 def _with_bonus(policy: RecencyPolicy, weight: float, tau_days: float) -> RecencyPolicy:

