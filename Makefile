@@ -8,7 +8,8 @@ BIN := $(VENV)/bin
 $(BIN)/llama-index-recency: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	# torch first and exactly: the CPU build, never a CUDA one pulled in by a dependency
+	# The package alone needs no torch (e5 is numpy); the tests also load MiniLM and Qwen3's
+	# code, so torch goes first and exactly: the CPU build, never a CUDA one via a dependency.
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e ".[test]"
 	touch $@

@@ -556,10 +556,8 @@ class _Session:
             with self.console.status(f"loading the {model} embedding model"), \
                     self.timings.stage("embedding model load"):
                 try:
-                    if model != "e5":  # the torch models: the status line says it already
-                        from transformers.utils import logging as transformers_logging
-
-                        transformers_logging.disable_progress_bar()
+                    if model != "e5":
+                        _quiet_transformers()  # the status line says it already
                     self.embed_model = load()
                 except Exception as error:  # missing extra, hub, file and format errors alike
                     first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
@@ -637,6 +635,15 @@ class _Session:
                     done = _count_written(index, nodes, at_least=start)
                     raise _partial(done, len(nodes), _reason(error)) from error
                 progress.advance(task, len(batch))
+
+
+def _quiet_transformers() -> None:
+    """No weight-loading progress bars from transformers (absent without the torch extras)."""
+    try:
+        from transformers.utils import logging as transformers_logging
+    except ImportError:  # the model's loader says which extra is missing
+        return
+    transformers_logging.disable_progress_bar()
 
 
 def _stored(index: VectorStoreIndex, ids: Sequence[str]) -> dict[str, BaseNode]:

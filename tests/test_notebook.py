@@ -27,7 +27,12 @@ def test_notebook_executes_offline_with_tables_and_plots(monkeypatch: pytest.Mon
     assert not [out for out in outputs if out.output_type == "error"]
     markdown = "\n".join(out.get("data", {}).get("text/markdown", "") for out in outputs)
     assert "| 0.05 | 14 | 0.434 | 0.016 | 0.467 | 0.455 | adopted |" in markdown  # the seed's row
-    assert "| Threshold | 0.25 |" in markdown
-    assert "| 0.05 | 14 | 0.230 | 0.020 | 0.274 | 0.124 | fails (c) |" in markdown  # MiniLM
+    assert "Raw-cosine sd, en: **0.0267**. Raw-cosine sd, ja: **0.0296**." in markdown
+    assert ("Adopted weight=0.02674 (1.0 sd), tau_days=30, threshold=0.83: the newer memory first "
+            "on 2 of 2 contradiction questions; headroom 0.68 sd") in markdown  # English
+    assert ("Adopted weight=0.05913 (2.0 sd), tau_days=30, threshold=0.87: the newer memory first "
+            "on 2 of 2 contradiction questions; headroom 0.02 sd") in markdown  # Japanese
+    assert ("Adopted weight=0.05638 (2.0 sd), tau_days=30, threshold=0.86: the newer memory first "
+            "on 4 of 4 contradiction questions; headroom 0.05 sd") in markdown  # both: shipped
     images = [out for out in outputs if "image/png" in out.get("data", {})]
     assert len(images) == 2, "the bonus curves and the raw/final bars"
