@@ -8,7 +8,7 @@ from datetime import date
 
 import pytest
 from llama_index.core import MockEmbedding
-from llama_index.core.agent.workflow import FunctionAgent, ReActAgent
+from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent, ReActAgent
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.llms.mock import MockFunctionCallingLLMWithChatMemoryOfLastCall
 from llama_index.core.memory import Memory
@@ -77,6 +77,13 @@ async def test_the_block_injects_passing_memories_and_nothing_for_a_hit_free_que
     assert all("Today is" not in (m.content or "") for m in without)
 
 
+def test_the_sync_memory_api_gets_the_block_too() -> None:
+    memory = Memory.from_defaults(
+        session_id="sync", memory_blocks=[RecencyMemoryBlock(index=coffee_index(), policy=POLICY)]
+    )
+    assert BLOCK in memory.get(input=COFFEE)[0].content
+
+
 async def test_the_query_is_the_latest_user_message_or_a_window_of_them() -> None:
     index = coffee_index()
     history = [ChatMessage(role="user", content="I had a coffee this morning."),
@@ -87,12 +94,21 @@ async def test_the_query_is_the_latest_user_message_or_a_window_of_them() -> Non
     assert BLOCK in await widened.aget(history)
 
 
-@pytest.mark.parametrize("agent_class", [FunctionAgent, ReActAgent])
-async def test_an_agent_sees_the_block_in_its_system_prompt(agent_class) -> None:
+def workflow(llm, system_prompt: str) -> AgentWorkflow:
+    return AgentWorkflow(agents=[FunctionAgent(name="mimi", description="the character",
+                                               tools=[], llm=llm, system_prompt=system_prompt)])
+
+
+@pytest.mark.parametrize("make_agent", [
+    lambda llm, prompt: FunctionAgent(tools=[], llm=llm, system_prompt=prompt),
+    lambda llm, prompt: ReActAgent(tools=[], llm=llm, system_prompt=prompt),
+    workflow,
+], ids=["FunctionAgent", "ReActAgent", "AgentWorkflow"])
+async def test_an_agent_sees_the_block_in_its_system_prompt(make_agent) -> None:
     llm = MockFunctionCallingLLMWithChatMemoryOfLastCall()
     block = RecencyMemoryBlock(index=coffee_index(), policy=POLICY)
     memory = Memory.from_defaults(session_id="agent", memory_blocks=[block])
-    agent = agent_class(tools=[], llm=llm, system_prompt="You are Mimi.")
+    agent = make_agent(llm, "You are Mimi.")
     await agent.run(COFFEE, memory=memory)
     sent = "\n".join(str(m.content) for m in llm.last_chat_messages or [])
     assert BLOCK in sent
