@@ -162,8 +162,8 @@ class ThresholdFit:
     """Where the threshold goes for one (weight, tau_days): between hit-free and target scores.
 
     ``threshold`` sits in the middle of the gap between the hit-free max and the lowest
-    target above it (rounded to two decimals when that stays inside the gap), so both
-    sides get the same margin. Targets at or under the hit-free max are ``unreachable``:
+    target above it (rounded to the fewest decimals, two to four, that stay inside the
+    gap), so both sides get the same margin. Targets at or under the hit-free max are ``unreachable``:
     no threshold that keeps hit-free questions clean lets them into the prompt.
     """
 
@@ -292,8 +292,9 @@ def fit_threshold(
     lowest = min(above, key=lambda s: s.final or 0.0)
     assert lowest.final is not None
     middle = (hit_free.final + lowest.final) / 2
-    rounded = round(middle, 2)
-    threshold = rounded if hit_free.final < rounded <= lowest.final else middle
+    inside = [round(middle, digits) for digits in (2, 3, 4)
+              if hit_free.final < round(middle, digits) <= lowest.final]
+    threshold = inside[0] if inside else middle
     return ThresholdFit(policy.weight, policy.tau_days, hit_free, lowest, threshold, unreachable)
 
 
@@ -336,6 +337,8 @@ class PolicyCandidate:
     """Contradiction questions whose target (the newer memory) ranks first after the bonus."""
     contradictions: int
     sd: float
+    crowded_out: tuple[str, ...] = ()
+    """Targets that reach the threshold but not the prompt: ``top_n`` newer memories beat them."""
 
     @property
     def weight(self) -> float:
@@ -356,8 +359,9 @@ class PolicyCandidate:
 
     @property
     def passed(self) -> bool:
-        """Every target reaches the fitted threshold and no hit-free memory does."""
-        return self.result is not None and self.result.passed
+        """Every target enters the prompt (reaches the fitted threshold, within ``top_n``)
+        and no hit-free memory reaches the threshold."""
+        return self.result is not None and self.result.passed and not self.crowded_out
 
     @property
     def headroom_sd(self) -> float | None:
@@ -390,6 +394,8 @@ class PolicyFit:
             return "no threshold"
         if candidate.result.failed:
             return "fails " + ", ".join(f"({letter})" for letter in candidate.result.failed)
+        if candidate.crowded_out:
+            return "crowded out: " + ", ".join(candidate.crowded_out)
         return "adopted" if candidate is self.adopted else "passes"
 
     def summary(self) -> str:
@@ -441,8 +447,9 @@ def fit_policy(
 
     Each candidate of ``grid`` (default :func:`spread_grid` of ``sd``, the raw-cosine sd
     from :func:`raw_cosine_sd`) gets its threshold from :func:`fit_threshold` and is
-    checked with :func:`calibrate` at it. The adopted candidate is, among those where
-    every condition passes: the one whose newer memory comes first on the most
+    checked with :func:`calibrate` at it; it passes when every condition does and no
+    target is crowded out of the prompt (``top_n``) by newer memories. The adopted
+    candidate is, among the passing ones: the one whose newer memory comes first on the most
     contradiction questions (all of them when any candidate does: a bonus too small to
     reorder anything keeps no recency effect), then the largest headroom in sd units,
     then the smaller weight. ``policy`` supplies the reference date and date handling.
@@ -452,18 +459,38 @@ def fit_policy(
     for weight, tau_days in spread_grid(sd) if grid is None else grid:
         bonus = _with_bonus(policy, weight, tau_days)
         fit = fit_threshold(retrieved, bonus, key=key)
-        result = None
+        result, crowded_out = None, ()
         if fit.threshold is not None:
             fitted = bonus.model_copy(update={"threshold": fit.threshold})
             result = calibrate(retrieved, fitted, [(weight, tau_days)], key=key).results[0]
+            crowded_out = _crowded_out(retrieved, fitted, key)
         newer_first, contradictions = _newer_first(retrieved, bonus, key)
-        candidates.append(PolicyCandidate(fit, result, newer_first, contradictions, sd))
+        candidates.append(
+            PolicyCandidate(fit, result, newer_first, contradictions, sd, crowded_out)
+        )
     passing = [c for c in candidates if c.passed]
     adopted = max(
         passing, key=lambda c: (len(c.newer_first), c.headroom_sd or 0.0, -c.weight), default=None
     )
     top_k = max((len(item.candidates) for item in retrieved), default=0)
     return PolicyFit(sd, top_k, tuple(candidates), adopted)
+
+
+def _crowded_out(
+    retrieved: Sequence[RetrievedCandidates], policy: RecencyPolicy, key: str
+) -> tuple[str, ...]:
+    """``"H1 favorite_food"`` for each target at or over the threshold but not kept (top_n)."""
+    reference = policy.reference()
+    crowded = []
+    for item in retrieved:
+        keys = {n.node.node_id: n.node.metadata.get(key, n.node.node_id) for n in item.candidates}
+        ranking = policy.rank(item.candidates, reference)
+        kept = {keys[node.node.node_id] for node in ranking.nodes}
+        reached = {keys[row.node_id] for row in ranking.rows if row.final >= policy.threshold
+                   and row.reason != DROPPED_NO_DATE}
+        crowded += [f"{item.question.id} {target}" for target in item.question.targets
+                    if target in reached and target not in kept]
+    return tuple(crowded)
 
 
 def _newer_first(
