@@ -31,15 +31,17 @@ def coffee_cosines() -> KnownCosineEmbedding:
     )
 
 
-def test_demo_prints_every_question_table_and_timings(minilm, capsys) -> None:
-    assert main(["demo"], embed_model=minilm) == 0
+def test_demo_prints_every_question_table_and_timings(capsys) -> None:
+    assert main(["demo"]) == 0  # the default model, e5, loaded as a user's run loads it
     out = capsys.readouterr().out
-    assert "threshold=0.25" in out and "LLM: off" in out
+    assert "model=e5, lang=en" in out and "LLM: off" in out
+    assert "policy: bonus=0.05638·exp(−days/14), threshold=0.853, at most 3" in out  # shipped
     for title in ("H1 (hit): What's my favorite food?",
                   "C1 (contradiction): How do I take my coffee again?",
                   "N4 (hit_free): What would you do if you won the lottery?"):
         assert title in out
-    assert "→ into the prompt: coffee_black, cafe_au_lait" in out
+    assert "→ into the prompt: cafe_au_lait, mentaiko_pasta" in out  # C1: the newer one first
+    assert "→ into the prompt: walk_evening, mentaiko_pasta" in out  # C2
     assert out.count("→ no memory enters the prompt") == 5  # N1-N4 and H2
     for stage in ("question embedding", "Qdrant search (top 8)", "re-rank (bonus, sort, cutoff)",
                   "embedding 16 memories", "storing 16 memories"):
@@ -47,10 +49,20 @@ def test_demo_prints_every_question_table_and_timings(minilm, capsys) -> None:
     assert "chat, B format" not in out
 
 
-def test_demo_sends_b_format_and_compares_with_off(minilm, openai_server, monkeypatch, capsys):
+def test_demo_in_japanese(e5, capsys) -> None:
+    assert main(["demo", "--lang", "ja"], embed_model=e5) == 0
+    out = capsys.readouterr().out
+    assert "C1 (contradiction): 私ってコーヒーどうやって飲むんだっけ？" in out
+    assert "2026-09-01: 太郎は最近甘いカフェオレをよく飲んでいる。" in out  # ユーザー became 太郎
+    assert "→ into the prompt: cafe_au_lait, coffee_black, mentaiko_pasta" in out
+    assert "→ into the prompt: walk_evening, sister_visit, walk_morning" in out
+    assert out.count("→ no memory enters the prompt") == 4  # N1-N4
+
+
+def test_demo_sends_b_format_and_compares_with_off(e5, openai_server, monkeypatch, capsys):
     monkeypatch.setenv("RECENCY_LLM_BASE_URL", openai_server.base_url)
     openai_server.reply = "Lately you take it as a sweet café au lait!"
-    assert main(["demo", "--question-ids", "C1", "--compare"], embed_model=minilm) == 0
+    assert main(["demo", "--question-ids", "C1", "--compare"], embed_model=e5) == 0
     out = capsys.readouterr().out
     assert len(openai_server.requests) == 2
     b_format, off = openai_server.requests
@@ -58,7 +70,8 @@ def test_demo_sends_b_format_and_compares_with_off(minilm, openai_server, monkey
     assert b_system.startswith("Today is 2026-09-10.")
     block = b_system[b_system.index("<retrieved_memory>"):]
     assert "2026-09-01: Taro has been drinking sweet café au lait lately." in block
-    assert "2026-08-20: Taro drinks coffee black" in block
+    assert "2026-09-08: Taro made mentaiko pasta at home." in block
+    assert "coffee black" not in block  # 0.828 + 0.013 = 0.841 < 0.853
     assert b_format["messages"][-1] == {"role": "user", "content": "How do I take my coffee again?"}
     assert off["messages"][0]["content"] == "Today is 2026-09-10."
     assert "OFF (no memory)" in out and "B format" in out
@@ -66,22 +79,42 @@ def test_demo_sends_b_format_and_compares_with_off(minilm, openai_server, monkey
     assert "chat, B format" in out and "chat, OFF (no memory)" in out
 
 
-def test_calibrate_bundled_reports_that_nothing_passes(minilm, capsys) -> None:
-    assert main(["calibrate"], embed_model=minilm) == 1
+WITHOUT_H2 = "H1,H3,H4,C1,C2,N1,N2,N3,N4"
+
+
+def test_calibrate_bundled_reports_that_nothing_passes_with_h2(e5, capsys) -> None:
+    assert main(["calibrate"], embed_model=e5) == 1
     out = capsys.readouterr().out
-    assert "(e) H2 benchmark_article" in out
-    assert out.count("fails (c), (d), (e)") == 4
-    assert "No candidate passes every condition; none adopted." in out
+    assert "calibration on bundled memories (en): model=e5" in out and "10 questions" in out
+    assert "No candidate passes every condition at any fitted threshold; none adopted." in out
 
 
-def test_calibrate_fits_the_threshold_and_adopts(minilm, capsys) -> None:
-    ids = "H1,H3,H4,C1,C2,N1,N2,N3,N4"
-    assert main(["calibrate", "--fit-threshold", "--question-ids", ids], embed_model=minilm) == 0
+@pytest.mark.parametrize("lang, adopted", [
+    ("en", "Adopted weight=0.02674 (1.0 sd), tau_days=30, threshold=0.83: the newer memory "
+           "first on 2 of 2 contradiction questions; headroom 0.68 sd (raw-cosine sd 0.0267)."),
+    ("ja", "Adopted weight=0.05913 (2.0 sd), tau_days=14, threshold=0.855: the newer memory "
+           "first on 2 of 2 contradiction questions; headroom 0.01 sd (raw-cosine sd 0.0296)."),
+    ("both", "Adopted weight=0.05638 (2.0 sd), tau_days=14, threshold=0.853: the newer memory "
+             "first on 4 of 4 contradiction questions; headroom 0.03 sd (raw-cosine sd 0.0282)."),
+])
+def test_calibrate_fits_the_policy_per_language(e5, lang, adopted, capsys) -> None:
+    assert main(["calibrate", "--lang", lang, "--question-ids", WITHOUT_H2], embed_model=e5) == 0
+    out = capsys.readouterr().out
+    assert "Candidates scaled to the raw-cosine sd" in out
+    assert " ".join(adopted.split()) in " ".join(out.split())
+
+
+def test_calibrate_seed_pass_at_a_fitted_threshold(minilm, capsys) -> None:
+    argv = ["calibrate", "--seed", "--fit-threshold", "--question-ids", WITHOUT_H2]
+    assert main([*argv, "--model", "minilm"], embed_model=minilm) == 0
     out = capsys.readouterr().out
     assert "0.274 (C1 cafe_au_lait)" in out and "0.230 (N2 fall_anime)" in out
     assert "Candidates at threshold 0.25" in out
     assert "Adopted weight=0.03, tau_days=30: the smallest passing weight; hit-free headroom " \
            "under 0.25 is 0.029." in out
+    assert main(["calibrate", "--seed", "--threshold", "0.25"], embed_model=minilm) == 1
+    out = capsys.readouterr().out
+    assert "(e) H2 benchmark_article" in out and out.count("fails (c), (d), (e)") == 4
 
 
 def test_add_list_ask_on_a_local_store(coffee_cosines, tmp_path: Path, capsys) -> None:
@@ -99,29 +132,82 @@ def test_add_list_ask_on_a_local_store(coffee_cosines, tmp_path: Path, capsys) -
     assert "2 memories in" in out
     assert out.index("2026-08-20: Taro drinks") < out.index("2026-09-01: Taro has been")
 
-    assert main(["ask", "How do I take my coffee again?", "--store", store, "--threshold", "0.45",
+    assert main(["ask", "How do I take my coffee again?", "--store", store,
                  "--today", "2026-09-10"], embed_model=coffee_cosines) == 0
     out = capsys.readouterr().out
+    # A model with no shipped policy and a store with no saved one: the seed's.
+    assert "policy: bonus=0.05·exp(−days/14), threshold=0.45, at most 3" in out
     assert "0.471 │ +0.011 │ 0.482 │ kept" in out
     assert "0.441 │ +0.026 │ 0.467 │ kept" in out
-    assert "Qdrant search (top 8)" in out
+    assert "exact recency search (Qdrant)" in out
 
 
-def test_add_file_then_calibrate_the_store(minilm, tmp_path: Path, capsys) -> None:
-    """The bundled data stored with ``add --file`` calibrates like ``calibrate`` without --store."""
+def test_calibrate_save_then_ask_uses_the_saved_policy(e5, tmp_path: Path, capsys) -> None:
+    """The bundled data stored with ``add --file``, calibrated with --save: ask ranks with it."""
     data = resources.files("llama_index_recency.data")
     memories, questions = tmp_path / "memories.json", tmp_path / "questions.json"
     memories.write_text(data.joinpath("memories.json").read_text("utf-8"), "utf-8")
     questions.write_text(data.joinpath("questions.json").read_text("utf-8"), "utf-8")
     store = str(tmp_path / "store")
-    assert main(["add", "--file", str(memories), "--store", store], embed_model=minilm) == 0
+    assert main(["add", "--file", str(memories), "--store", store], embed_model=e5) == 0
     assert f"stored 16 new memories (16 in total) in {store}" in capsys.readouterr().out
+    ask = ["ask", "How do I take my coffee again?", "--store", store, "--today", "2026-09-10"]
+    assert main(ask, embed_model=e5) == 0
+    assert "threshold=0.853" in capsys.readouterr().out  # before: the policy shipped for e5
+
     argv = ["calibrate", "--store", store, "--questions", str(questions), "--today", "2026-09-10"]
-    assert main([*argv, "--question-ids", "H1,H3,H4,C1,C2,N1,N2,N3,N4"], embed_model=minilm) == 0
-    assert "Adopted weight=0.03, tau_days=30" in capsys.readouterr().out
-    assert main([*argv, "--question-ids", "C1,H2"], embed_model=minilm) == 2
+    assert main([*argv, "--question-ids", WITHOUT_H2, "--save"], embed_model=e5) == 0
+    out = capsys.readouterr().out
+    assert "Adopted weight=0.02674 (1.0 sd), tau_days=30, threshold=0.83" in out
+    assert (f"saved with {store}: weight=0.02674, tau_days=30, threshold=0.83 (ask and demo use "
+            "it)") in out
+
+    assert main(ask, embed_model=e5) == 0
+    out = capsys.readouterr().out
+    assert "policy: bonus=0.02674·exp(−days/30), threshold=0.83, at most 3" in out
+    assert "→ into the prompt: cafe_au_lait, coffee_black" in out
+    assert main([*ask, "--threshold", "0.95"], embed_model=e5) == 0  # explicit still wins
+    out = capsys.readouterr().out
+    assert "policy: bonus=0.02674·exp(−days/30), threshold=0.95" in out
+    assert "→ no memory enters the prompt" in out
+
+    assert main([*argv, "--question-ids", "C1,H2"], embed_model=e5) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "needs at least one hit-free question" in err
+
+
+def test_users_never_see_each_others_memories(tmp_path: Path, capsys) -> None:
+    """The same fact on the same day for two users is two memories, each seen only by its user."""
+    tea, shared = ("The user likes green tea.", "2026-09-05"), BLACK[:2]
+    embed = KnownCosineEmbedding({memory_node(f, d).get_content(): 0.6 for f, d in (tea, shared)})
+    store = str(tmp_path / "store")
+    for user, (fact, day) in (("alice", shared), ("bob", shared), ("alice", tea)):
+        assert main(["add", fact, "--date", day, "--store", store, "--user", user],
+                    embed_model=embed) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"stored 1 new memory (3 in total) in {store}"
+
+    ids = {}
+    for user in ("alice", "bob"):
+        assert main(["list", "--store", store, "--user", user]) == 0
+        out = capsys.readouterr().out
+        ids[user] = {line.split("│")[-2].strip() for line in out.splitlines() if "2026-08-20" in line}
+        assert ("green tea" in out) == (user == "alice"), user
+    assert len(ids["alice"]) == len(ids["bob"]) == 1 and ids["alice"] != ids["bob"]
+
+    question = ["ask", "What do I drink?", "--store", store, "--today", "2026-09-10"]
+    assert main([*question, "--user", "bob"], embed_model=embed) == 0
+    out = capsys.readouterr().out
+    assert "→ into the prompt: 2026-08-20: Taro drinks coffee black" in out
+    assert "green tea" not in out and out.count("kept") == 1
+    assert main([*question, "--user", "alice"], embed_model=embed) == 0
+    assert capsys.readouterr().out.count("kept") == 2
+    assert main([*question, "--user", "carol"], embed_model=embed) == 0
+    assert "→ no memory enters the prompt" in capsys.readouterr().out
+
+    assert main(["forget", "--user", "bob", "--store", store, "--yes"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"deleted 1 memory from {store}"
+    assert main(["list", "--store", store]) == 0
+    assert "2 memories in" in capsys.readouterr().out
 
 
 def test_ask_sends_the_kept_memories_to_the_llm(coffee_cosines, openai_server, monkeypatch,
@@ -131,7 +217,7 @@ def test_ask_sends_the_kept_memories_to_the_llm(coffee_cosines, openai_server, m
         main(["add", fact, "--date", day, "--store", store], embed_model=coffee_cosines)
     monkeypatch.setenv("RECENCY_LLM_BASE_URL", openai_server.base_url)
     argv = ["ask", "How do I take my coffee again?", "--store", store, "--today", "2026-09-10",
-            "--threshold", "0.47"]
+            "--threshold", "0.47"]  # over the seed's 0.45
     assert main(argv, embed_model=coffee_cosines) == 0
     out = capsys.readouterr().out
     block = openai_server.system_text()
@@ -160,15 +246,18 @@ def test_remember_stores_the_extracted_facts(openai_server, monkeypatch, tmp_pat
     embed = KnownCosineEmbedding({f"{CAFE[1]}: {CAFE[0]}": CAFE[2]})
     store = str(tmp_path / "store")
     monkeypatch.setenv("RECENCY_LLM_BASE_URL", openai_server.base_url)
-    argv = ["remember", str(transcript), "--store", store, "--date", CAFE[1], "--user-name", "Taro"]
+    argv = ["remember", str(transcript), "--store", store, "--date", CAFE[1], "--user-name", "Taro",
+            "--user", "taro"]
     assert main(argv, embed_model=embed) == 0
     assert main(argv, embed_model=embed) == 0  # the same conversation again stores no copy
     assert capsys.readouterr().out.splitlines() == [
         f"{CAFE[1]}: {CAFE[0]}", f"stored 1 new memory (1 in total) in {store}",
         f"{CAFE[1]}: {CAFE[0]}", f"stored 0 new memories, 1 already stored (1 in total) in {store}",
     ]
-    assert main(["list", "--store", store]) == 0
-    assert "1 memories in" in capsys.readouterr().out
+    assert main(["list", "--store", store, "--user", "taro"]) == 0
+    assert "1 memories of user taro in" in capsys.readouterr().out
+    assert main(["list", "--store", store, "--user", "hanako"]) == 0
+    assert capsys.readouterr().out == f"no memories of user hanako stored in {store}\n"
 
 
 def test_remember_without_an_llm_endpoint_is_refused(tmp_path: Path, capsys) -> None:
