@@ -334,10 +334,29 @@ def test_an_embedding_failure_stores_nothing_and_a_rerun_stores_all(tmp_path: Pa
     assert capsys.readouterr().out == f"stored 100 new memories (100 in total) in {store}\n"
 
 
-def test_embedding_and_storing_are_separate_timed_stages(minilm, tmp_path: Path, capsys) -> None:
-    assert main(["demo", "--question-ids", "C1"], embed_model=minilm) == 0
+def test_embedding_and_storing_are_separate_timed_stages(e5, tmp_path: Path, capsys) -> None:
+    assert main(["demo", "--question-ids", "C1"], embed_model=e5) == 0
     out = capsys.readouterr().out
     assert out.index("embedding 16 memories") < out.index("storing 16 memories")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["calibrate", "--threshold", "0.3"], "--threshold belongs to the seed's pass: add --seed"),
+    (["calibrate", "--save"], "--save records the policy with a store: give --store or --url"),
+    (["calibrate", "--lang", "ja", "--store", "s", "--questions", "q.json"],
+     "--lang picks the bundled memories; a store is calibrated on its own --questions"),
+    (["ask", "coffee?", "--user", " "], "argument --user: the user is empty"),
+    (["demo", "--lang", "fr"], "argument --lang: invalid choice: 'fr'"),
+])
+def test_bad_calibration_and_scope_options_are_one_line(argv, message, capsys) -> None:
+    assert main(argv) == 2
+    assert message in error_line(capsys.readouterr().err)
+
+
+def test_a_non_finite_ranking_option_is_one_line(store_with_a_memory, capsys) -> None:
+    store, embed = store_with_a_memory
+    assert main(["ask", QUESTION, "--store", store, "--weight", "nan"], embed_model=embed) == 2
+    assert error_line(capsys.readouterr().err).startswith("error: bad ranking option: --weight nan")
 
 
 # --- item 14: which store, created only by writing commands, duplicates and keys ---------
