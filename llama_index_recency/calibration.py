@@ -163,7 +163,8 @@ class ThresholdFit:
 
     ``threshold`` sits in the middle of the gap between the hit-free max and the lowest
     target above it (rounded to the fewest decimals, two to four, that stay inside the
-    gap), so both sides get the same margin. Targets at or under the hit-free max are ``unreachable``:
+    gap), so both sides get the same margin. Targets at or under the hit-free max are
+    ``unreachable``:
     no threshold that keeps hit-free questions clean lets them into the prompt.
     """
 

@@ -359,7 +359,8 @@ def test_e5_on_the_held_out_japanese_set_needs_its_own_threshold(e5) -> None:
     refit = fit_policy(top8(retrieved), RecencyPolicy(reference_date=today),
                        raw_cosine_sd(retrieved))
     adopted = refit.adopted
-    assert (adopted.weight, adopted.tau_days, adopted.threshold) == (0.02446, 14.0, 0.84)  # 1 sd, 14 days
+    # 1 sd, 14 days
+    assert (adopted.weight, adopted.tau_days, adopted.threshold) == (0.02446, 14.0, 0.84)
     assert round(adopted.headroom_sd, 2) == 0.04
     assert adopted.newer_first == ("C1", "C2")
     assert_clean(top8(retrieved), refit.policy(RecencyPolicy(reference_date=today)))

@@ -184,13 +184,15 @@ def test_users_never_see_each_others_memories(tmp_path: Path, capsys) -> None:
     for user, (fact, day) in (("alice", shared), ("bob", shared), ("alice", tea)):
         assert main(["add", fact, "--date", day, "--store", store, "--user", user],
                     embed_model=embed) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == f"stored 1 new memory (3 in total) in {store}"
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == f"stored 1 new memory (3 in total) in {store}"
 
     ids = {}
     for user in ("alice", "bob"):
         assert main(["list", "--store", store, "--user", user]) == 0
         out = capsys.readouterr().out
-        ids[user] = {line.split("│")[-2].strip() for line in out.splitlines() if "2026-08-20" in line}
+        ids[user] = {line.split("│")[-2].strip() for line in out.splitlines()
+                     if "2026-08-20" in line}
         assert ("green tea" in out) == (user == "alice"), user
     assert len(ids["alice"]) == len(ids["bob"]) == 1 and ids["alice"] != ids["bob"]
 

@@ -33,7 +33,8 @@ def test_notebook_executes_offline_with_tables_and_plots(monkeypatch: pytest.Mon
     assert ("Adopted weight=0.05913 (2.0 sd), tau_days=14, threshold=0.855: the newer memory "
             "first on 2 of 2 contradiction questions; headroom 0.01 sd") in markdown  # Japanese
     assert ("Adopted weight=0.05638 (2.0 sd), tau_days=14, threshold=0.853: the newer memory "
-            "first on 4 of 4 contradiction questions; headroom 0.03 sd") in markdown  # both: shipped
-    assert "| 2.0 | 0.05638 | 30 | 0.86 | 0.858 (ja N2) | 0.865 (en H1 favorite_food) | 0.05 | 4/4 | crowded out: ja H1 favorite_food |" in markdown
+            "first on 4 of 4 contradiction questions; headroom 0.03 sd") in markdown  # shipped
+    assert ("| 2.0 | 0.05638 | 30 | 0.86 | 0.858 (ja N2) | 0.865 (en H1 favorite_food) | 0.05 | "
+            "4/4 | crowded out: ja H1 favorite_food |") in markdown
     images = [out for out in outputs if "image/png" in out.get("data", {})]
     assert len(images) == 2, "the bonus curves and the raw/final bars"
