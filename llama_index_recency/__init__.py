@@ -1,21 +1,32 @@
-"""Recency-aware memory retrieval for LlamaIndex over Qdrant.
+"""Recency-aware long-term memory for LlamaIndex over Qdrant (Edge on the device, or a server).
 
-Add :class:`RecencyBonusPostprocessor` to any retriever, query engine or chat engine:
-it re-ranks retrieved memories by cosine + ``0.05 * exp(-age_days / 14)`` and keeps the
-best 3 at or above 0.45. :data:`RETRIEVED_MEMORY_PROMPT` puts them into the prompt.
+Memories are dated facts (:func:`memory_node`) in a store from :func:`open_memory_index`.
+They are ranked by cosine + ``weight * exp(-age_days / tau_days)`` (the seed: 0.05, 14
+days, threshold 0.45, top 3; each embedding model has its own, see :func:`index_policy`):
+exactly over the whole store by :class:`QdrantRecencyRetriever`, or over a retriever's
+candidates by :class:`RecencyBonusPostprocessor`. :class:`MemoryResponseSynthesizer`,
+:class:`RecencyChatEngine` and the agent :class:`RecencyMemoryBlock` put them into the
+prompt in B format; :func:`remember` writes them from a conversation.
 """
 
 from llama_index_recency.calibration import (
     SEED_GRID,
+    SPREAD_KS,
+    SPREAD_TAUS,
     Calibration,
     CandidateResult,
     HitFreeMax,
+    PolicyCandidate,
+    PolicyFit,
     RetrievedCandidates,
     TargetScore,
     ThresholdFit,
     calibrate,
+    fit_policy,
     fit_threshold,
+    raw_cosine_sd,
     retrieve_candidates,
+    spread_grid,
 )
 from llama_index_recency.chat import MemoryResponseSynthesizer, RecencyChatEngine
 from llama_index_recency.embeddings import (
@@ -31,7 +42,13 @@ from llama_index_recency.examples import (
 )
 from llama_index_recency.memory import memory_node
 from llama_index_recency.memory_block import RecencyMemoryBlock
-from llama_index_recency.models import offline_embedding, openai_like_llm, qwen3_embedding
+from llama_index_recency.models import (
+    CALIBRATED_POLICIES,
+    minilm_embedding,
+    offline_embedding,
+    openai_like_llm,
+    qwen3_embedding,
+)
 from llama_index_recency.past import PAST_POINTING_PATTERNS, points_to_past
 from llama_index_recency.postprocessor import RecencyBonusPostprocessor
 from llama_index_recency.prompts import (
@@ -73,6 +90,7 @@ from llama_index_recency.writer import (
 )
 
 __all__ = [
+    "CALIBRATED_POLICIES",
     "Calibration",
     "CandidateResult",
     "EXAMPLE_REFERENCE_DATE",
@@ -86,9 +104,11 @@ __all__ = [
     "MemoryResponseSynthesizer",
     "MemoryStoreLockedError",
     "MemoryStoreNotFoundError",
-    "Migration",
     "MemoryWriteError",
+    "Migration",
     "PAST_POINTING_PATTERNS",
+    "PolicyCandidate",
+    "PolicyFit",
     "QdrantEdgeVectorStore",
     "QdrantRecencyRetriever",
     "RETRIEVED_MEMORY_CONTEXT_TEMPLATE",
@@ -101,6 +121,8 @@ __all__ = [
     "RecencyRanking",
     "RetrievedCandidates",
     "SEED_GRID",
+    "SPREAD_KS",
+    "SPREAD_TAUS",
     "TargetScore",
     "ThresholdFit",
     "Turn",
@@ -112,6 +134,7 @@ __all__ = [
     "example_memories",
     "example_questions",
     "extract_memories",
+    "fit_policy",
     "fit_threshold",
     "forget",
     "get_memories",
@@ -119,6 +142,7 @@ __all__ = [
     "insert_memories",
     "memory_node",
     "migrate_store",
+    "minilm_embedding",
     "offline_embedding",
     "open_memory_index",
     "open_memory_store",
@@ -126,8 +150,10 @@ __all__ = [
     "parse_transcript",
     "points_to_past",
     "qwen3_embedding",
+    "raw_cosine_sd",
     "remember",
     "remember_transcript",
     "retrieve_candidates",
     "save_policy",
+    "spread_grid",
 ]
