@@ -70,7 +70,9 @@ def write_0_1_0_store(path: Path) -> None:
     client.create_collection(
         "memories",
         vectors_config=models.VectorParams(size=len(MEMORIES) + 1, distance=models.Distance.COSINE),
-        metadata={EMBEDDING_METADATA_KEY: {"model": "known-cosine", "dimensions": len(MEMORIES) + 1}},
+        # The key exactly as 0.1.0 wrote it: renaming the constant must break this test.
+        metadata={"llama_index_recency.embedding": {"model": "known-cosine",
+                                                    "dimensions": len(MEMORIES) + 1}},
     )
     store = QdrantVectorStore(collection_name="memories", client=client)
     vectors = embed()
