@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import date, datetime, time, timezone
@@ -36,6 +37,14 @@ class MemoryDateError(ValueError):
     """A memory's date is missing or unreadable and the policy says to raise."""
 
 
+# The ISO forms Qdrant's datetime payload index reads too (checked on Edge and qdrant-client):
+# Python's fromisoformat also takes "20260909", "2026-W37-3" or "2026-09-09T10", which Qdrant's
+# date filters would never match, so the two sides would disagree on a memory's bonus.
+_QDRANT_DATETIME = re.compile(
+    r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?)?\Z"
+)
+
+
 def parse_memory_date(value: Any) -> datetime:
     """Read a date, a datetime or an ISO 8601 string as an aware UTC datetime.
 
@@ -49,11 +58,16 @@ def parse_memory_date(value: Any) -> datetime:
         parsed = value
     elif isinstance(value, date):
         parsed = datetime.combine(value, time.min)
-    elif isinstance(value, str) and value.strip():
+    elif isinstance(value, str) and _QDRANT_DATETIME.match(value.strip()):
         try:
             parsed = datetime.fromisoformat(value.strip())
         except ValueError:
             raise ValueError(f"not an ISO 8601 date: {value!r}") from None
+    elif isinstance(value, str) and value.strip():
+        raise ValueError(
+            f"not an ISO 8601 date Qdrant can read: {value!r} (use YYYY-MM-DD or "
+            "YYYY-MM-DDTHH:MM[:SS[.f][Z|±HH:MM]])"
+        )
     else:
         raise ValueError(f"not a date: {value!r}")
     if parsed.tzinfo is None:

@@ -126,10 +126,8 @@ def exact_recency_search(
         kth: dict[int, float] = {}
         while True:
             target = _next_set(policy, tier_ages, kth)
-            since = None if target == 0 else reference - timedelta(days=tier_ages[target - 1])
-            results = yield MemorySearch(
-                limit=limit, filters=filters, since=None if since is None else since - _TIER_SLACK
-            )
+            since = None if target == 0 else _tier_start(reference, tier_ages[target - 1])
+            results = yield MemorySearch(limit=limit, filters=filters, since=since)
             for candidate in results:
                 if candidate.node.node_id not in seen:
                     seen[candidate.node.node_id] = candidate
@@ -144,6 +142,15 @@ def exact_recency_search(
             if len(kth) == len(tier_ages) + 1:
                 break  # every set searched at this limit: widen
         limit *= 4
+
+
+def _tier_start(reference: datetime, age_days: float) -> datetime:
+    """The earliest date in a tier (a little earlier, see _TIER_SLACK); a tier reaching past
+    year 1 (a huge tau) holds every dated memory."""
+    try:
+        return reference - timedelta(days=age_days) - _TIER_SLACK
+    except OverflowError:
+        return datetime.fromisoformat(EARLIEST_DATE)
 
 
 def _next_set(policy: RecencyPolicy, tier_ages: list[float], kth: dict[int, float]) -> int:

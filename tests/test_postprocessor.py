@@ -151,7 +151,7 @@ def test_reference_date_none_means_now() -> None:
 @pytest.mark.parametrize(
     ("reference", "message"),
     [
-        ("next tuesday", "not an ISO 8601 date: 'next tuesday'"),
+        ("next tuesday", "not an ISO 8601 date Qdrant can read: 'next tuesday'"),
         (20260910, "must be a date, datetime, ISO string or callable, got 20260910"),
         ("9999-12-31T23:59:59-12:00", "date out of range .*'9999-12-31T23:59:59-12:00'"),
     ],

@@ -453,3 +453,20 @@ async def test_async_on_empty_missing_and_foreign_stores(engine: str) -> None:
     foreign = [TextNode(text=f"doc {i}", metadata={}, embedding=[1.0, float(i)]) for i in range(2)]
     with pytest.raises(ValueError, match="not written by llama-index-recency"):
         await retriever_for(store_of(foreign, engine)).aretrieve(e0_query(2))
+
+
+def test_dates_qdrant_cannot_read_get_no_bonus_on_both_sides(engine: str) -> None:
+    """'20260909' parses in Python but not in Qdrant's date filter: it must count as undated
+    (no bonus) everywhere, or the exact search would miss it (0.465 + 0.047 would win)."""
+    rows = [(f"Old note {i}.", "2023-01-01", 0.47 - i * 1e-4) for i in range(20)]
+    rows += [(f"Recent note {i}.", "2026-09-08", 0.46 - i * 1e-3) for i in range(3)]
+    nodes = known_cosine_nodes(rows + [("Compact date note.", None, 0.465)])
+    nodes[-1].metadata["date"] = "20260909"
+    store = store_of(nodes, engine)
+    dim = len(rows) + 2
+    found = retriever_for(store).retrieve(e0_query(dim))
+    expected = RecencyBonusPostprocessor(reference_date=SEED_TODAY).postprocess_nodes(
+        all_candidates(store, e0_query(dim), dim)
+    )
+    assert [n.node.node_id for n in found] == [n.node.node_id for n in expected]
+    assert "Compact date note." not in facts(found)

@@ -131,3 +131,11 @@ def test_raise_checks_the_best_undated_memory_that_could_pass() -> None:
 def test_no_memory_needs_one_search() -> None:
     ranking, searches = run(RecencyPolicy(), [])
     assert ranking.nodes == () and len(searches) == 1
+
+
+@pytest.mark.parametrize("tau_days", [1e5, 1e6, 2e9])
+def test_a_huge_tau_makes_tiers_of_every_dated_memory_instead_of_overflowing(tau_days) -> None:
+    crowd = [memory(i, 0.5, (i % 40) / 10) for i in range(40)]  # equal raws: tiers are needed
+    policy = RecencyPolicy(weight=0.05, tau_days=tau_days, threshold=0.45, top_n=3)
+    ranking, _ = run(policy, crowd, first_limit=4)
+    assert [(n.node.node_id, n.score) for n in ranking.nodes] == everything(policy, crowd)
