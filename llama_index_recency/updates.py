@@ -10,6 +10,7 @@ cannot surface an update whose cosine is far below the fact it replaced; the lin
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Generator, Sequence
 from dataclasses import replace
 from datetime import date, datetime
@@ -35,18 +36,35 @@ from llama_index_recency.store import MemoryStore, delete_memories, get_memories
 
 LINK_KEYS = (SUPERSEDES_KEY, SUPERSEDED_BY_KEY)
 
+# Link lists are read, changed and written back: one writer at a time in this process,
+# so a background write never re-creates a memory that forget just deleted.
+_LINKS = threading.RLock()
+
 LinkChange = tuple[str, set[str], set[str]]
 """(metadata key, ids to add, ids to remove) for one memory's link list."""
 
 
 def insert_memories(index: VectorStoreIndex, nodes: Sequence[BaseNode]) -> None:
-    """Store ``nodes`` and mark every memory they supersede with ``superseded_by``."""
-    index.insert_nodes(list(nodes))
-    changes: dict[str, list[LinkChange]] = {}
-    for node in nodes:
-        for old_id in node.metadata.get(SUPERSEDES_KEY) or []:
-            changes.setdefault(old_id, []).append((SUPERSEDED_BY_KEY, {node.node_id}, set()))
-    _update_links(index, changes)
+    """Store ``nodes`` and mark every memory they supersede with ``superseded_by``.
+
+    A memory stored again keeps the links it already has (storing replaces a point's whole
+    payload), so rerunning a conversation never unlinks anything.
+    """
+    with _LINKS:
+        stored = {node.node_id: node for node in get_memories(index, [n.node_id for n in nodes])}
+        for node in nodes:
+            old = stored.get(node.node_id)
+            for key in LINK_KEYS if old is not None else ():
+                links = set(old.metadata.get(key) or []) | set(node.metadata.get(key) or [])
+                if links:
+                    node.metadata[key] = sorted(links)
+            _exclude_links_from_text(node)
+        index.insert_nodes(list(nodes))
+        changes: dict[str, list[LinkChange]] = {}
+        for node in nodes:
+            for old_id in node.metadata.get(SUPERSEDES_KEY) or []:
+                changes.setdefault(old_id, []).append((SUPERSEDED_BY_KEY, {node.node_id}, set()))
+        _update_links(index, changes)
 
 
 def forget(
@@ -67,6 +85,12 @@ def forget(
     scope = memory_scope(user_id=user_id, before=before, filters=filters)
     if ids is None and scope is None:
         raise ValueError("forget needs ids, user_id, before or filters; it never deletes everything")
+    with _LINKS:
+        return _forget(index, ids, scope)
+
+
+def _forget(index: MemoryStore, ids: Optional[Sequence[str]],
+            scope: Optional[MetadataFilters]) -> int:
     doomed = get_memories(index, ids, scope)
     if not doomed:
         return 0
@@ -161,7 +185,11 @@ def _newest_successor(
         frontier = sorted(
             {i for n in batch for i in n.node.metadata.get(SUPERSEDED_BY_KEY) or []} - seen
         )
-    dated = [(n, when) for n in found if (when := _when(n.node, date_key)) is not None]
+    # A successor dated before the memory it updates (written with a past date) would
+    # contradict "trust the newer date": only later ones count.
+    since = _when(node, date_key)
+    dated = [(n, when) for n in found if (when := _when(n.node, date_key)) is not None
+             and (since is None or when >= since)]
     return max(dated, key=lambda pair: pair[1])[0] if dated else None
 
 

@@ -103,3 +103,23 @@ def test_forget_refuses_to_delete_everything_and_bad_dates(index) -> None:
         forget(index)
     with pytest.raises(ValueError, match="'31/08/2026'"):
         forget(index, before="31/08/2026")
+
+
+def test_storing_a_memory_again_keeps_its_links(index) -> None:
+    insert_memories(index, [fresh(n) for n in (BLACK, TRAINS, HANAKO)])
+    insert_memories(index, [fresh(LATTE)])
+    insert_memories(index, [fresh(BLACK), fresh(LATTE)])  # a conversation remembered twice
+    stored = {n.node_id: n for n in get_memories(index)}
+    assert stored[BLACK.node_id].metadata[SUPERSEDED_BY_KEY] == [LATTE.node_id]
+    assert stored[LATTE.node_id].metadata[SUPERSEDES_KEY] == [BLACK.node_id]
+
+
+def test_a_successor_dated_before_the_memory_it_updates_is_not_brought_in(index) -> None:
+    backdated = memory_node("Taro switched to sweet café au lait.", "2026-05-01",
+                            metadata={"user_id": "taro", SUPERSEDES_KEY: [BLACK.node_id]})
+    backdated.embedding = [0.3] + [0.0] * len(RAWS)
+    backdated.embedding[2] = (1 - 0.09) ** 0.5
+    insert_memories(index, [fresh(n) for n in (BLACK, TRAINS, HANAKO)])
+    insert_memories(index, [backdated])
+    _, found = retrieve(index, user_id="taro")
+    assert backdated.node_id not in [n.node.node_id for n in found]
