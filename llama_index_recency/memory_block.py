@@ -14,6 +14,7 @@ import asyncio
 import logging
 import queue
 import threading
+from datetime import date
 from typing import Any, List, Optional
 
 from llama_index.core import VectorStoreIndex
@@ -22,6 +23,7 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import LLM
 from llama_index.core.memory import Memory
 from llama_index.core.memory.memory import BaseMemoryBlock
+from llama_index.core.storage.chat_store.base_db import MessageStatus
 from llama_index.core.schema import MetadataMode, TextNode
 
 from llama_index_recency.prompts import RETRIEVED_MEMORY_CONTEXT_TEMPLATE, memory_context
@@ -31,6 +33,8 @@ from llama_index_recency.store import index_policy
 from llama_index_recency.writer import Turn, remember
 
 logger = logging.getLogger(__name__)
+
+_WORKER_IDLE_SECONDS = 5.0  # a writer thread with nothing to do for this long exits
 
 
 class RecencyMemoryBlock(BaseMemoryBlock[str]):
@@ -81,6 +85,7 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
     _worker: Optional[threading.Thread] = PrivateAttr(default=None)
     _failed: list[list[Turn]] = PrivateAttr(default_factory=list)
     _failed_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _worker_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     def model_post_init(self, __context: Any) -> None:
         self._jobs = queue.Queue(maxsize=self.max_pending)
@@ -117,7 +122,10 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
         if not found:
             return ""
         texts = [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in found]
-        today = self._policy.reference().date().isoformat()
+        # "Today" as the writer dates memories: the policy's reference date if set, else the
+        # local calendar day.
+        reference = self._policy.reference_date
+        today = (date.today() if reference is None else self._policy.reference().date()).isoformat()
         return RETRIEVED_MEMORY_CONTEXT_TEMPLATE.format(
             context_str=memory_context(texts), today=today
         ).strip()
@@ -140,14 +148,16 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
             await asyncio.to_thread(self._write, turns)
 
     def remember_session(self, memory: Memory) -> list[TextNode]:
-        """Write the whole session held by ``memory`` now (call it when the session ends)."""
+        """Write the session's messages still in ``memory``'s short-term history (those it
+        flushed earlier were queued for writing then); call it when the session ends."""
         self.wait_for_writes()
-        return self._write(_turns(memory.get_all()))
+        return self._write(_turns(memory.get_all(status=MessageStatus.ACTIVE)))
 
     async def aremember_session(self, memory: Memory) -> list[TextNode]:
         """Async :meth:`remember_session`."""
         await self.await_writes()
-        return await asyncio.to_thread(self._write, _turns(await memory.aget_all()))
+        messages = await memory.aget_all(status=MessageStatus.ACTIVE)
+        return await asyncio.to_thread(self._write, _turns(messages))
 
     def wait_for_writes(self) -> int:
         """Retry failed extractions once, wait for every queued write; returns how many still failed."""
@@ -163,14 +173,23 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
         return await asyncio.to_thread(self.wait_for_writes)
 
     def _enqueue(self, turns: list[Turn]) -> None:
-        if self._worker is None or not self._worker.is_alive():
-            self._worker = threading.Thread(target=self._work, name=f"{self.name}-writer", daemon=True)
-            self._worker.start()
         self._jobs.put(turns)
+        with self._worker_lock:  # one worker at a time; it leaves when idle
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._work, name=f"{self.name}-writer",
+                                                daemon=True)
+                self._worker.start()
 
     def _work(self) -> None:
         while True:
-            turns = self._jobs.get()
+            try:
+                turns = self._jobs.get(timeout=_WORKER_IDLE_SECONDS)
+            except queue.Empty:
+                with self._worker_lock:
+                    if self._jobs.empty():
+                        self._worker = None
+                        return
+                continue
             try:
                 self._write(turns)
             finally:

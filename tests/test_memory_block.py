@@ -206,3 +206,22 @@ def test_default_policy_is_the_stores_own() -> None:
     assert (block.policy.weight, block.policy.tau_days, block.policy.threshold,
             block.policy.top_n, block.priority) == (0.05, 14.0, 0.45, 3, 0)
     assert math.isclose(block.policy.bonus(14), 0.05 / math.e)
+
+
+async def test_remember_session_skips_what_memory_already_flushed_to_the_block(openai_server) -> None:
+    openai_server.reply = ToolCall("record_memories", FACTS)
+    block = RecencyMemoryBlock(index=tea_index(), llm=extraction_llm(openai_server),
+                               user_id="hanako", user_name="Hanako")
+    memory = Memory.from_defaults(session_id="flush", token_limit=40, chat_history_token_ratio=0.5,
+                                  token_flush_size=10, memory_blocks=[block])
+    old = "user: I like green tea. " * 4
+    await memory.aput_messages([ChatMessage(role="user", content=old.strip()),
+                                ChatMessage(role="assistant", content="Noted!")])
+    await memory.aput_messages([ChatMessage(role="user", content="Now I drink green tea daily."),
+                                ChatMessage(role="assistant", content="Nice!")])
+    await block.await_writes()
+    flushed_requests = len(openai_server.requests)
+    assert flushed_requests >= 1  # Memory flushed the first exchange to the block
+    await block.aremember_session(memory)
+    last = openai_server.requests[-1]["messages"][-1]["content"]
+    assert "Now I drink green tea daily." in last and "I like green tea. user:" not in last
