@@ -35,6 +35,7 @@ from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 from llama_index_recency.search import MemorySearch, SearchPlan, dated_filter, exact_recency_search
 from llama_index_recency.store import index_policy, qdrant_selection
 from llama_index_recency.memory import USER_ID_KEY
+from llama_index_recency.past import points_to_past
 from llama_index_recency.updates import with_successors
 
 
@@ -95,17 +96,21 @@ class QdrantRecencyRetriever(BaseRetriever):
         bundle = _bundle(query)
         if not self._prepare():
             return RecencyRanking(rows=(), nodes=())
-        return self._drive(self._plan(), self._embed(bundle))
+        return self._drive(self._plan(bundle), self._embed(bundle))
 
     async def aexplain(self, query: QueryType) -> RecencyRanking:
         """Async :meth:`explain`. Without an async client (Edge, qdrant-client's local mode)
-        it runs the sync call inline, as those engines' own async methods do."""
+        the searches run inline, as those engines' own async methods do; the question is
+        still embedded asynchronously."""
         bundle = _bundle(query)
         if not _has_async_client(self._vector_store):
-            return self.explain(bundle)
+            vector = await self._aembed(bundle)
+            if not self._prepare():
+                return RecencyRanking(rows=(), nodes=())
+            return self._drive(self._plan(bundle), vector)
         if not await self._aprepare():
             return RecencyRanking(rows=(), nodes=())
-        return await self._adrive(self._plan(), await self._aembed(bundle))
+        return await self._adrive(self._plan(bundle), await self._aembed(bundle))
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         return list(self.explain(query_bundle).nodes)
@@ -115,11 +120,23 @@ class QdrantRecencyRetriever(BaseRetriever):
 
     # --- one plan, two drivers ---------------------------------------------------------------
 
-    def _plan(self) -> SearchPlan:
+    def _plan(self, bundle: QueryBundle) -> SearchPlan:
         """The exact ranking, then each superseded memory's newest successor placed before it."""
-        reference = self._policy.reference()
-        ranking = yield from exact_recency_search(self._policy, reference, self._filters)
-        return (yield from with_successors(ranking, self._policy, reference, self._filters))
+        policy = self._policy_for(bundle)
+        reference = policy.reference()
+        ranking = yield from exact_recency_search(policy, reference, self._filters)
+        return (yield from with_successors(ranking, policy, reference, self._filters))
+
+    def _policy_for(self, bundle: QueryBundle) -> RecencyPolicy:
+        """The policy, with the bonus scaled down for a question that points to the past
+        when it is a postprocessor with ``past_bonus_scale`` (a smaller weight keeps the
+        search exact)."""
+        scale = getattr(self._policy, "past_bonus_scale", 1.0)
+        if scale == 1.0 or not points_to_past(bundle.query_str):
+            return self._policy
+        return RecencyPolicy(**{**self._policy.model_dump(include=set(RecencyPolicy.model_fields)),
+                                "reference_date": self._policy.reference_date,
+                                "weight": self._policy.weight * scale})
 
     def _drive(self, plan: SearchPlan, vector: List[float]) -> RecencyRanking:
         try:

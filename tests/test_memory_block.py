@@ -46,6 +46,9 @@ class CoffeeEmbedding(KnownCosineEmbedding):
             return super()._get_query_embedding(query)
         return [0.0] * (len(self._query) - 1) + [1.0]
 
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._get_query_embedding(query)
+
 
 def coffee_index(users: tuple[str | None, ...] = (None,)):
     nodes = [memory_node(fact, day, user_name="Taro", user_id=user)

@@ -470,3 +470,17 @@ def test_dates_qdrant_cannot_read_get_no_bonus_on_both_sides(engine: str) -> Non
     )
     assert [n.node.node_id for n in found] == [n.node.node_id for n in expected]
     assert "Compact date note." not in facts(found)
+
+
+def test_a_question_pointing_to_the_past_gets_the_scaled_bonus_like_the_postprocessor(
+    engine: str,
+) -> None:
+    store = store_of(known_cosine_nodes(H2), engine)
+    past = QueryBundle("This is an old story, but what did I do?", embedding=e0_query(6).embedding)
+    retriever = retriever_for(store, past_bonus_scale=0.0)
+    found = retriever.retrieve(past)
+    # No bonus: only raw cosines >= 0.45 pass (0.456 TTS server), as the postprocessor keeps.
+    assert [round(n.score, 3) for n in found] == [0.456]
+    expected = retriever.policy.postprocess_nodes(all_candidates(store, past, 6), past)
+    assert [n.node.node_id for n in found] == [n.node.node_id for n in expected]
+    assert [round(n.score, 3) for n in retriever.retrieve(e0_query(6))] == [0.476, 0.464, 0.455]
