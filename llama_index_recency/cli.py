@@ -135,6 +135,9 @@ def main(argv: Sequence[str] | None = None, *, embed_model: BaseEmbedding | None
     try:
         args = _parser().parse_args(_checked_argv(sys.argv[1:] if argv is None else argv))
         return int(args.run(args, session) or 0)
+    except KeyboardInterrupt:
+        session.errors.print(Text("interrupted", style="red"))
+        return 130
     except Exception as error:
         if os.environ.get(DEBUG_ENV):
             raise

@@ -21,8 +21,6 @@ from llama_index.core.indices.vector_store import VectorStoreIndex
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
-    FilterOperator,
-    MetadataFilter,
     MetadataFilters,
     VectorStoreQuery,
     VectorStoreQueryResult,
@@ -36,7 +34,7 @@ from llama_index_recency.search import MemorySearch, SearchPlan, dated_filter, e
 from llama_index_recency.store import index_policy, qdrant_selection
 from llama_index_recency.memory import USER_ID_KEY
 from llama_index_recency.past import points_to_past
-from llama_index_recency.updates import with_successors
+from llama_index_recency.updates import memory_scope, with_successors
 
 
 class QdrantRecencyRetriever(BaseRetriever):
@@ -63,7 +61,7 @@ class QdrantRecencyRetriever(BaseRetriever):
         self._vector_store = vector_store
         self._embed_model = embed_model
         self._policy = policy or RecencyPolicy()
-        self._filters = _scope(filters, user_id)
+        self._filters = memory_scope(user_id=user_id, filters=filters)
         self._ready = False
 
     @classmethod
@@ -252,16 +250,6 @@ class QdrantRecencyRetriever(BaseRetriever):
                 bundle.embedding_strs
             )
         return bundle.embedding
-
-
-def _scope(filters: Optional[MetadataFilters], user_id: Optional[str]) -> Optional[MetadataFilters]:
-    """The caller's filters AND ``user_id == user_id``, as one MetadataFilters (or None)."""
-    if user_id is None:
-        return filters
-    user = MetadataFilter(key=USER_ID_KEY, operator=FilterOperator.EQ, value=user_id)
-    if filters is None or not filters.filters:
-        return MetadataFilters(filters=[user])
-    return MetadataFilters(filters=[filters, user])
 
 
 def _scored(result: VectorStoreQueryResult) -> Sequence[NodeWithScore]:

@@ -347,9 +347,9 @@ def save_policy(index: MemoryStore, policy: RecencyPolicy) -> None:
     if isinstance(store, QdrantEdgeVectorStore):
         store.update_metadata(record)
         return
-    client = store.client
-    metadata = dict(client.get_collection(store.collection_name).config.metadata or {})
-    client.update_collection(store.collection_name, metadata={**metadata, **record})
+    call = _collection_calls(store.client, store._aclient)
+    metadata = dict(call("get_collection", store.collection_name).config.metadata or {})
+    call("update_collection", store.collection_name, metadata={**metadata, **record})
 
 
 def index_policy(index: MemoryStore, **overrides: Any) -> RecencyPolicy:
@@ -369,10 +369,10 @@ def index_policy(index: MemoryStore, **overrides: Any) -> RecencyPolicy:
 def _collection_metadata(store: BasePydanticVectorStore) -> dict[str, Any]:
     if isinstance(store, QdrantEdgeVectorStore):
         return store.metadata
-    client = store.client
-    if client is None or not client.collection_exists(store.collection_name):
+    call = _collection_calls(store.client, store._aclient)  # an async-only store too
+    if not call("collection_exists", store.collection_name):
         return {}
-    return dict(client.get_collection(store.collection_name).config.metadata or {})
+    return dict(call("get_collection", store.collection_name).config.metadata or {})
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ stores nothing.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Sequence
@@ -24,17 +25,15 @@ from llama_index.core.llms import LLM
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.prompts import BasePromptTemplate, ChatPromptTemplate
 from llama_index.core.schema import BaseNode, TextNode
-from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
 from llama_index.core.tools import FunctionTool
 
 from llama_index_recency.memory import (
     SUBJECT_PLACEHOLDERS,
-    USER_ID_KEY,
     check_user_name,
     has_subject,
     memory_node,
 )
-from llama_index_recency.updates import insert_memories
+from llama_index_recency.updates import insert_memories, memory_scope
 
 Role = Literal["user", "assistant"]
 
@@ -258,11 +257,11 @@ async def aremember(
     user_id: Optional[str] = None,
     prompt: BasePromptTemplate = MEMORY_EXTRACTION_PROMPT,
 ) -> list[TextNode]:
-    """Async :func:`remember` (storing runs the sync write: Edge and local mode have no async API)."""
+    """Async :func:`remember`; embedding and storing run in a worker thread."""
     nodes = await aextract_memories(turns, llm, memory_date=memory_date, user_name=user_name,
                                     user_id=user_id, index=index, prompt=prompt)
-    if nodes:
-        insert_memories(index, nodes)
+    if nodes:  # embedding and the (sync) Edge write, off the event loop
+        await asyncio.to_thread(insert_memories, index, nodes)
     return nodes
 
 
@@ -285,7 +284,7 @@ def _related(index: Optional[VectorStoreIndex], job: "_Job", part: "_Part") -> l
     """The user's existing memories most similar to a part, for the LLM to mark updates."""
     if index is None:
         return []
-    retriever = index.as_retriever(similarity_top_k=RELATED_MEMORIES, filters=job.related_scope())
+    retriever = index.as_retriever(similarity_top_k=RELATED_MEMORIES, filters=memory_scope(user_id=job.user_id))
     return [found.node for found in retriever.retrieve(job.related_query(part))]
 
 
@@ -294,7 +293,7 @@ async def _arelated(
 ) -> list[BaseNode]:
     if index is None:
         return []
-    retriever = index.as_retriever(similarity_top_k=RELATED_MEMORIES, filters=job.related_scope())
+    retriever = index.as_retriever(similarity_top_k=RELATED_MEMORIES, filters=memory_scope(user_id=job.user_id))
     return [found.node for found in await retriever.aretrieve(job.related_query(part))]
 
 
@@ -336,10 +335,6 @@ class _Job:
         return "\n".join(self.turns[n - 1].text for n in sorted(part.turn_numbers)
                          if self.turns[n - 1].role == "user")
 
-    def related_scope(self) -> Optional[MetadataFilters]:
-        if self.user_id is None:
-            return None
-        return MetadataFilters(filters=[MetadataFilter(key=USER_ID_KEY, value=self.user_id)])
 
     def messages(self, part: _Part, related: Sequence[BaseNode] = ()) -> list[ChatMessage]:
         existing = ""

@@ -220,3 +220,10 @@ def test_a_calibrated_policy_is_saved_with_the_store_and_read_back(tmp_path: Pat
 def test_a_store_without_a_record_gets_its_models_shipped_policy(tmp_path: Path) -> None:
     index = open_memory_index(embed(), path=tmp_path, embedding_name="Qwen/Qwen3-Embedding-0.6B")
     assert index_policy(index) == RecencyPolicy(weight=0.05, tau_days=14, threshold=0.45)
+
+
+def test_the_saved_policy_is_read_through_an_async_only_client_too(tmp_path: Path) -> None:
+    write_0_1_0_store(tmp_path)
+    index = open_memory_index(embed(), path=tmp_path, use_async=True)  # local mode: async only
+    save_policy(index, RecencyPolicy(weight=0.02, tau_days=30, threshold=0.83))
+    assert index_policy(index).threshold == 0.83  # not the seed's 0.45 by a silent fallback
