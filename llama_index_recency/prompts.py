@@ -40,9 +40,13 @@ _INNER_DATE = re.compile(
     r"(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?)?)\s*:"
 )
 
-# Angle-bracket look-alikes that NFKC leaves alone; folded to < and > so they get escaped.
+LEFT_ANGLE_LOOKALIKES = "‹〈⟨❬❮❰⧼˂˱⦑⋖"
+RIGHT_ANGLE_LOOKALIKES = "›〉⟩❭❯❱⧽˃˲⦒⋗"
+"""Angle-bracket look-alikes that NFKC leaves alone; folded to < and > so they get escaped
+(here in memory text, and in the writer's conversation text)."""
+
 _ANGLE_LOOKALIKES = str.maketrans(
-    {**dict.fromkeys("‹〈⟨❬❮❰⧼˂˱⦑⋖", "<"), **dict.fromkeys("›〉⟩❭❯❱⧽˃˲⦒⋗", ">")}
+    {**dict.fromkeys(LEFT_ANGLE_LOOKALIKES, "<"), **dict.fromkeys(RIGHT_ANGLE_LOOKALIKES, ">")}
 )
 
 

@@ -33,6 +33,7 @@ from llama_index_recency.memory import (
     has_subject,
     memory_node,
 )
+from llama_index_recency.prompts import LEFT_ANGLE_LOOKALIKES, RIGHT_ANGLE_LOOKALIKES
 from llama_index_recency.updates import insert_memories, memory_scope
 
 Role = Literal["user", "assistant"]
@@ -459,9 +460,9 @@ def _llm_failed(error: Exception) -> MemoryWriteError:
 
 
 _AS_DATA = str.maketrans({"&": "&amp;", "＆": "&amp;", "﹠": "&amp;",
-                          "<": "&lt;", "＜": "&lt;", "﹤": "&lt;",
-                          ">": "&gt;", "＞": "&gt;", "﹥": "&gt;"})
-"""Escapes for turn text: no tag (not even a full-width look-alike) can close <conversation>."""
+                          **dict.fromkeys("<＜﹤" + LEFT_ANGLE_LOOKALIKES, "&lt;"),
+                          **dict.fromkeys(">＞﹥" + RIGHT_ANGLE_LOOKALIKES, "&gt;")})
+"""Escapes for turn text: no tag (not even a look-alike: ＜, 〈, ‹ …) can close <conversation>."""
 
 
 def _parts(turns: Sequence[Turn]) -> list[_Part]:
