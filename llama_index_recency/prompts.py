@@ -10,8 +10,8 @@ from __future__ import annotations
 import html
 import re
 import unicodedata
-from datetime import date
 from collections.abc import Sequence
+from datetime import date
 from typing import Any, Optional
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
