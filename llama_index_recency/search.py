@@ -125,7 +125,9 @@ def exact_recency_search(
         # when the set came back short, i.e. every member of it has been seen.
         kth: dict[int, float] = {}
         while True:
-            target = _next_set(policy, tier_ages, kth)
+            target = _next_set(policy, tier_ages, kth, _goal(policy, passing))
+            if target is None:
+                break  # no search at this limit can lower the bound enough: widen
             since = None if target == 0 else _tier_start(reference, tier_ages[target - 1])
             results = yield MemorySearch(limit=limit, filters=filters, since=since)
             for candidate in results:
@@ -137,10 +139,8 @@ def exact_recency_search(
                     if final is not None and final >= policy.threshold:
                         passing.append(final)
             kth[target] = (results[-1].score or 0.0) if len(results) >= limit else -math.inf
-            if _proven(policy, passing, _unseen_bound(policy, tier_ages, kth)):
+            if _unseen_bound(policy, tier_ages, kth) < _goal(policy, passing):
                 return _rank_window(policy, reference, seen.values(), floor)
-            if len(kth) == len(tier_ages) + 1:
-                break  # every set searched at this limit: widen
         limit *= 4
 
 
@@ -153,17 +153,21 @@ def _tier_start(reference: datetime, age_days: float) -> datetime:
         return datetime.fromisoformat(EARLIEST_DATE)
 
 
-def _next_set(policy: RecencyPolicy, tier_ages: list[float], kth: dict[int, float]) -> int:
-    """The set whose search can lower the unseen bound most: every memory first, then the
-    tier covering the bracket with the largest bound among those not searched yet."""
+def _next_set(
+    policy: RecencyPolicy, tier_ages: list[float], kth: dict[int, float], goal: float
+) -> Optional[int]:
+    """The next search: every memory first; then the tier of the age bracket with the
+    largest bound among those that still reach ``goal`` and whose tier is not searched
+    yet. None: no search at this limit can help, only a larger limit."""
     if 0 not in kth:
         return 0
     terms = _bracket_terms(policy, tier_ages, kth)
-    for bracket in sorted(range(len(terms)), key=lambda b: -terms[b]):
-        tier = bracket + 1  # bracket b's own tier (the last bracket has none)
+    open_brackets = [b for b, term in enumerate(terms) if term + _SCORE_SLACK >= goal]
+    for bracket in sorted(open_brackets, key=lambda b: -terms[b]):
+        tier = bracket + 1  # the youngest tier covering the bracket (the oldest has none)
         if tier <= len(tier_ages) and tier not in kth:
             return tier
-    return next(t for t in range(1, len(tier_ages) + 1) if t not in kth)
+    return None
 
 
 def _bracket_terms(
@@ -189,12 +193,11 @@ def _unseen_bound(policy: RecencyPolicy, tier_ages: list[float], kth: dict[int, 
     return max(_bracket_terms(policy, tier_ages, kth)) + _SCORE_SLACK
 
 
-def _proven(policy: RecencyPolicy, passing: list[float], bound: float) -> bool:
-    """Nothing unseen can pass the threshold, or all n places are held by scores above it."""
-    if bound < policy.threshold:
-        return True
+def _goal(policy: RecencyPolicy, passing: list[float]) -> float:
+    """What every unseen memory's bound must fall under for the answer to be proven: the
+    threshold while fewer than n pass, else the n-th best final score."""
     top = heapq.nlargest(policy.top_n, passing)
-    return len(top) == policy.top_n and top[-1] > bound
+    return top[-1] if len(top) == policy.top_n else policy.threshold
 
 
 def _rank_window(
