@@ -11,8 +11,6 @@ prompt in B format; :func:`remember` writes them from a conversation.
 
 from llama_index_recency.calibration import (
     SEED_GRID,
-    SPREAD_KS,
-    SPREAD_TAUS,
     Calibration,
     CandidateResult,
     HitFreeMax,
@@ -26,7 +24,6 @@ from llama_index_recency.calibration import (
     fit_threshold,
     raw_cosine_sd,
     retrieve_candidates,
-    spread_grid,
 )
 from llama_index_recency.chat import MemoryResponseSynthesizer, RecencyChatEngine
 from llama_index_recency.embeddings import (
@@ -121,8 +118,6 @@ __all__ = [
     "RecencyRanking",
     "RetrievedCandidates",
     "SEED_GRID",
-    "SPREAD_KS",
-    "SPREAD_TAUS",
     "TargetScore",
     "ThresholdFit",
     "Turn",
@@ -155,5 +150,4 @@ __all__ = [
     "remember_transcript",
     "retrieve_candidates",
     "save_policy",
-    "spread_grid",
 ]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Optional
@@ -203,7 +203,7 @@ def _goal(policy: RecencyPolicy, passing: list[float]) -> float:
 def _rank_window(
     policy: RecencyPolicy,
     reference: datetime,
-    seen: Sequence[NodeWithScore] | object,
+    seen: Iterable[NodeWithScore],
     floor: float,
 ) -> RecencyRanking:
     """Rank the seen memories that can pass (raw >= threshold - weight), best raw first.
@@ -211,7 +211,7 @@ def _rank_window(
     Ties (equal raw cosine) go by node id, so the answer never depends on which search
     happened to see a memory first."""
     window = sorted(
-        (c for c in seen if (c.score or 0.0) >= floor),  # type: ignore[attr-defined]
+        (c for c in seen if (c.score or 0.0) >= floor),
         key=lambda c: (-(c.score or 0.0), c.node.node_id),
     )
     return policy.rank(window, reference)
