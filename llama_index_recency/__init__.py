@@ -26,6 +26,7 @@ from llama_index_recency.calibration import (
     retrieve_candidates,
 )
 from llama_index_recency.chat import MemoryResponseSynthesizer, RecencyChatEngine
+from llama_index_recency.edge import QdrantEdgeVectorStore
 from llama_index_recency.embeddings import (
     EmbeddingAPIError,
     EmbeddingMismatchError,
@@ -59,7 +60,6 @@ from llama_index_recency.scoring import (
     RecencyPolicy,
     RecencyRanking,
 )
-from llama_index_recency.edge import QdrantEdgeVectorStore
 from llama_index_recency.store import (
     MemoryStoreLockedError,
     MemoryStoreNotFoundError,

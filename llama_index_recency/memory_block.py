@@ -23,8 +23,8 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import LLM
 from llama_index.core.memory import Memory
 from llama_index.core.memory.memory import BaseMemoryBlock
-from llama_index.core.storage.chat_store.base_db import MessageStatus
 from llama_index.core.schema import MetadataMode, TextNode
+from llama_index.core.storage.chat_store.base_db import MessageStatus
 
 from llama_index_recency.prompts import RETRIEVED_MEMORY_CONTEXT_TEMPLATE, memory_context
 from llama_index_recency.retriever import QdrantRecencyRetriever

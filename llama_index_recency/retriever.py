@@ -29,11 +29,11 @@ from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import models
 
 from llama_index_recency.filters import to_qdrant_filter
+from llama_index_recency.memory import USER_ID_KEY
+from llama_index_recency.past import points_to_past
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 from llama_index_recency.search import MemorySearch, SearchPlan, dated_filter, exact_recency_search
 from llama_index_recency.store import index_policy, qdrant_selection
-from llama_index_recency.memory import USER_ID_KEY
-from llama_index_recency.past import points_to_past
 from llama_index_recency.updates import memory_scope, with_successors
 
 
