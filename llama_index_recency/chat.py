@@ -23,6 +23,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.settings import Settings
 from llama_index.core.types import RESPONSE_TEXT_TYPE
 
+from llama_index_recency.memory import calendar_day
 from llama_index_recency.prompts import (
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
     RETRIEVED_MEMORY_PROMPT,
@@ -39,16 +40,12 @@ def _memory_day(today: TodayLike) -> Optional[str]:
     """``today`` as ``YYYY-MM-DD``, or None for "the current date when the prompt is built"."""
     if today is None:
         return None
-    if isinstance(today, datetime):
-        return today.date().isoformat()
-    if isinstance(today, date):
-        return today.isoformat()
-    if isinstance(today, str):
-        try:
-            return datetime.fromisoformat(today.strip()).date().isoformat()
-        except ValueError:
-            pass
-    raise ValueError(f"today must be a date, a datetime or an ISO date string, not {today!r}")
+    try:
+        return calendar_day(today).isoformat()
+    except ValueError:
+        raise ValueError(
+            f"today must be a date, a datetime or an ISO date string, not {today!r}"
+        ) from None
 
 
 class MemoryResponseSynthesizer(BaseSynthesizer):

@@ -134,16 +134,29 @@ def memory_node(
     )
 
 
+def calendar_day(value: date | datetime | str) -> date:
+    """The calendar day a memory date names: a date itself, an instant's day in its own UTC
+    offset (the user's day, not UTC's). Raises ``ValueError`` naming anything else."""
+    day_or_instant = _checked(value)
+    return day_or_instant.date() if isinstance(day_or_instant, datetime) else day_or_instant
+
+
 def _iso(value: date | datetime | str) -> str:
     """ISO form of a memory date: ``YYYY-MM-DD`` for a day, RFC 3339 for an instant.
 
     An instant keeps its own UTC offset (naive means UTC), so the text's day is the
     user's day, not UTC's.
     """
-    parse_memory_date(value)  # validates; raises ValueError naming the value
-    if isinstance(value, str):
-        text = value.strip()
-        value = date.fromisoformat(text) if len(text) == 10 else datetime.fromisoformat(text)
+    value = _checked(value)
     if isinstance(value, datetime) and value.tzinfo is None:
         value = value.replace(tzinfo=timezone.utc)
     return value.isoformat()
+
+
+def _checked(value: date | datetime | str) -> date | datetime:
+    """A valid memory date as a ``date`` (a day) or a ``datetime`` (an instant), as given."""
+    parse_memory_date(value)  # validates; raises ValueError naming the value
+    if isinstance(value, str):
+        text = value.strip()
+        return date.fromisoformat(text) if len(text) == 10 else datetime.fromisoformat(text)
+    return value

@@ -29,6 +29,7 @@ from llama_index.core.tools import FunctionTool
 
 from llama_index_recency.memory import (
     SUBJECT_PLACEHOLDERS,
+    calendar_day,
     check_user_name,
     has_subject,
     memory_node,
@@ -530,9 +531,4 @@ def _check(candidate: MemoryCandidate, part: _Part, turns: Sequence[Turn],
 
 def _day(value: MemoryDate) -> date:
     """The conversation's calendar day: today by default, a datetime's own day."""
-    if value is None:
-        return date.today()
-    if isinstance(value, str):
-        text = value.strip()
-        value = date.fromisoformat(text) if len(text) == 10 else datetime.fromisoformat(text)
-    return value.date() if isinstance(value, datetime) else value
+    return date.today() if value is None else calendar_day(value)
