@@ -28,6 +28,7 @@ from llama_index.core.vector_stores.types import (
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import models
 
+from llama_index_recency.cohort import QueryScale, relevance_cohort
 from llama_index_recency.filters import to_qdrant_filter
 from llama_index_recency.memory import USER_ID_KEY
 from llama_index_recency.past import points_to_past
@@ -93,22 +94,25 @@ class QdrantRecencyRetriever(BaseRetriever):
         """
         bundle = _bundle(query)
         if not self._prepare():
-            return RecencyRanking(rows=(), nodes=())
-        return self._drive(self._plan(bundle), self._embed(bundle))
+            return RecencyRanking(rows=(), nodes=(), relevance=self._policy.relevance)
+        vector = self._embed(bundle)
+        return self._drive(self._plan(bundle), vector, self._scale(vector))
 
     async def aexplain(self, query: QueryType) -> RecencyRanking:
         """Async :meth:`explain`. Without an async client (Edge, qdrant-client's local mode)
         the searches run inline, as those engines' own async methods do; the question is
         still embedded asynchronously."""
         bundle = _bundle(query)
+        empty = RecencyRanking(rows=(), nodes=(), relevance=self._policy.relevance)
         if not _has_async_client(self._vector_store):
             vector = await self._aembed(bundle)
             if not self._prepare():
-                return RecencyRanking(rows=(), nodes=())
-            return self._drive(self._plan(bundle), vector)
+                return empty
+            return self._drive(self._plan(bundle), vector, self._scale(vector))
         if not await self._aprepare():
-            return RecencyRanking(rows=(), nodes=())
-        return await self._adrive(self._plan(bundle), await self._aembed(bundle))
+            return empty
+        vector = await self._aembed(bundle)
+        return await self._adrive(self._plan(bundle), vector, self._scale(vector))
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         return list(self.explain(query_bundle).nodes)
@@ -136,21 +140,34 @@ class QdrantRecencyRetriever(BaseRetriever):
                                 "reference_date": self._policy.reference_date,
                                 "weight": self._policy.weight * scale})
 
-    def _drive(self, plan: SearchPlan, vector: List[float]) -> RecencyRanking:
+    def _scale(self, vector: List[float]) -> Optional[QueryScale]:
+        """The question's cohort scale when the policy is in cohort units, else None (cosine)."""
+        if self._policy.relevance == "cosine":
+            return None
+        return relevance_cohort(self._embed_model).scale(vector)
+
+    def _drive(
+        self, plan: SearchPlan, vector: List[float], scale: Optional[QueryScale]
+    ) -> RecencyRanking:
+        """Run the plan on the engine; with a cohort scale every result's cosine is moved to
+        the policy's units first (one affine map per question, so the plan stays exact)."""
         try:
             search = next(plan)
             while True:
                 query, kwargs = self._translate(search, vector)
-                search = plan.send(_scored(self._vector_store.query(query, **kwargs)))
+                search = plan.send(_scored(self._vector_store.query(query, **kwargs), scale))
         except StopIteration as done:
             return done.value
 
-    async def _adrive(self, plan: SearchPlan, vector: List[float]) -> RecencyRanking:
+    async def _adrive(
+        self, plan: SearchPlan, vector: List[float], scale: Optional[QueryScale]
+    ) -> RecencyRanking:
         try:
             search = next(plan)
             while True:
                 query, kwargs = self._translate(search, vector)
-                search = plan.send(_scored(await self._vector_store.aquery(query, **kwargs)))
+                results = await self._vector_store.aquery(query, **kwargs)
+                search = plan.send(_scored(results, scale))
         except StopIteration as done:
             return done.value
 
@@ -252,12 +269,15 @@ class QdrantRecencyRetriever(BaseRetriever):
         return bundle.embedding
 
 
-def _scored(result: VectorStoreQueryResult) -> Sequence[NodeWithScore]:
+def _scored(
+    result: VectorStoreQueryResult, scale: Optional[QueryScale]
+) -> Sequence[NodeWithScore]:
     nodes = result.nodes or []
-    return [
+    scored = [
         NodeWithScore(node=node, score=score)
         for node, score in zip(nodes, result.similarities or [], strict=True)
     ]
+    return scored if scale is None else scale.apply(scored)
 
 
 def _bundle(query: QueryType) -> QueryBundle:

@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 SECONDS_PER_DAY = 86_400.0
 
 MissingDatePolicy = Literal["no_bonus", "drop", "raise"]
+Relevance = Literal["cosine", "cohort"]
 
 DROPPED_NO_DATE = "dropped: no date"
 """``RankedMemory.reason`` of a candidate left out by ``on_missing_date='drop'``."""
@@ -109,11 +110,14 @@ class RecencyRanking:
 
     rows: tuple[RankedMemory, ...]
     nodes: tuple[NodeWithScore, ...]
+    relevance: Relevance = "cosine"
+    """The units of ``raw``, ``bonus`` and ``final``: cosine, or the question's cohort sd."""
 
     def to_table(self) -> str:
         """Render the rows as the seed's Markdown table (memory, raw, bonus, final, verdict)."""
+        raw = "Raw cosine" if self.relevance == "cosine" else "Relevance (sd)"
         lines = [
-            "| Memory | Raw cosine | Bonus | Final | Verdict |",
+            f"| Memory | {raw} | Bonus | Final | Verdict |",
             "|---|---|---|---|---|",
         ]
         for row in self.rows:
@@ -141,9 +145,20 @@ def _one_line(text: str, width: int = 72) -> str:
 class RecencyPolicy(BaseModel):
     """Parameters of the recency re-rank and the ranking itself.
 
-    final = raw cosine + weight * exp(-age_days / tau_days); re-sort by final and keep
-    at most ``top_n`` candidates with final >= ``threshold``.
+    final = relevance + weight * exp(-age_days / tau_days); re-sort by final and keep
+    at most ``top_n`` candidates with final >= ``threshold``. Relevance is the raw cosine
+    (the seed's units), or with ``relevance="cohort"`` that cosine in units of the
+    question's spread over a background cohort (:mod:`llama_index_recency.cohort`), where
+    a threshold and a bonus mean the same on every store and question.
     """
+
+    relevance: Relevance = Field(
+        default="cosine",
+        description=(
+            "Units of weight and threshold: 'cosine' (raw cosine, the seed's 0.05/0.45) or "
+            "'cohort' (standard deviations above what unrelated memories score for the question)."
+        ),
+    )
 
     weight: float = Field(
         default=0.05,
@@ -255,7 +270,7 @@ class RecencyPolicy(BaseModel):
                 reason = "kept"
                 kept.append(NodeWithScore(node=candidate.node, score=final))
             rows.append(replace(row, kept=reason == "kept", reason=reason))
-        return RecencyRanking(rows=tuple(rows), nodes=tuple(kept))
+        return RecencyRanking(rows=tuple(rows), nodes=tuple(kept), relevance=self.relevance)
 
     def final_score(self, raw: float, date_value: Any, reference: datetime) -> Optional[float]:
         """A candidate's final score from its raw cosine and stored date, without building a row:

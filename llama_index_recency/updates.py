@@ -168,7 +168,7 @@ def with_successors(
         reason = "kept" if successor is None else f"kept; superseded by {successor.node.node_id}"
         rows.append(replace(by_id[node_id], reason=reason))
     rows.extend(row for row in ranking.rows if row.node_id not in placed | kept_ids)
-    return RecencyRanking(rows=tuple(rows), nodes=tuple(nodes))
+    return RecencyRanking(rows=tuple(rows), nodes=tuple(nodes), relevance=ranking.relevance)
 
 
 def _newest_successor(
