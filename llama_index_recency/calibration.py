@@ -42,6 +42,13 @@ difference in relevance (2 sd: the seed's 0.05 is ~1.5 sd for Qwen3 and ~2 sd fo
 SPREAD_TAUS: tuple[float, ...] = (14.0, 30.0)
 """Bonus decays :func:`fit_policy` tries, in days: the seed's two."""
 
+NOISE_MARGIN = 0.001
+"""Cosine a fitted threshold must keep from both sides of its gap for a candidate to pass.
+
+Another CPU moves e5's cosines by ~1e-4 (a different build of the same 4-bit kernels), so
+a candidate that passes only by less than this would pass on one machine and fail on the
+next: it must still pass with every cosine moved by ±0.001."""
+
 DEFAULT_KEY = "key"
 """Metadata key naming a memory in questions' ``targets`` (the node id when it is absent)."""
 
@@ -360,9 +367,11 @@ class PolicyCandidate:
 
     @property
     def passed(self) -> bool:
-        """Every target enters the prompt (reaches the fitted threshold, within ``top_n``)
-        and no hit-free memory reaches the threshold."""
-        return self.result is not None and self.result.passed and not self.crowded_out
+        """Every target enters the prompt (reaches the fitted threshold, within ``top_n``),
+        no hit-free memory reaches the threshold, and both hold :data:`NOISE_MARGIN` clear."""
+        margin = self.fit.margin
+        return (self.result is not None and self.result.passed and not self.crowded_out
+                and margin is not None and margin >= NOISE_MARGIN)
 
     @property
     def headroom_sd(self) -> float | None:
@@ -382,21 +391,26 @@ class PolicyFit:
     """See :func:`fit_policy` for the rule; ``None`` when no candidate passes."""
 
     def policy(self, base: RecencyPolicy) -> RecencyPolicy:
-        """``base`` with the adopted weight, tau_days and threshold."""
+        """``base`` with the adopted weight, tau_days and threshold, in cosine units (the
+        candidates' scores are raw cosines)."""
         if self.adopted is None or self.adopted.threshold is None:
             raise ValueError("no candidate passes every condition; there is no policy to adopt")
         adopted = self.adopted
-        return base.model_copy(update={"weight": adopted.weight, "tau_days": adopted.tau_days,
+        return base.model_copy(update={"relevance": "cosine", "weight": adopted.weight,
+                                       "tau_days": adopted.tau_days,
                                        "threshold": adopted.threshold})
 
     def verdict(self, candidate: PolicyCandidate) -> str:
-        """``"adopted"``, ``"passes"``, ``"no threshold"`` or ``"fails (b), (c)"``."""
+        """``"adopted"``, ``"passes"``, ``"no threshold"``, ``"fails (b), (c)"``, ``"crowded
+        out: …"`` or ``"within noise"`` (passes by less than :data:`NOISE_MARGIN`)."""
         if candidate.result is None:
             return "no threshold"
         if candidate.result.failed:
             return "fails " + ", ".join(f"({letter})" for letter in candidate.result.failed)
         if candidate.crowded_out:
             return "crowded out: " + ", ".join(candidate.crowded_out)
+        if not candidate.passed:
+            return "within noise"
         return "adopted" if candidate is self.adopted else "passes"
 
     def summary(self) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -70,6 +71,12 @@ from llama_index_recency.examples import (
     example_memories,
     example_questions,
 )
+from llama_index_recency.gate import (
+    MAX_BRING_UP,
+    calibrate_gate,
+    check_gate,
+    offtopic_questions,
+)
 from llama_index_recency.memory import memory_node
 from llama_index_recency.models import (
     LLM_BASE_URL_ENV,
@@ -92,6 +99,7 @@ from llama_index_recency.store import (
     close_memory_index,
     count_memories,
     get_memories,
+    has_saved_policy,
     index_policy,
     migrate_store,
     open_memory_index,
@@ -254,12 +262,13 @@ def _parser() -> argparse.ArgumentParser:
         "newer memory first on the most contradiction questions, then the largest headroom in "
         "sd. --seed reruns the seed's four-candidate pass at one threshold instead (smallest "
         "passing weight). Without --store or --url it uses the bundled memories and questions. "
-        "--save records the adopted policy with the store, which ask then uses. Exits 1 when "
-        "no candidate passes.",
+        "A store without --questions gets the relevance gate fitted on itself, no labels "
+        "needed: the lowest threshold at which at most --max-bring-up of the shipped off-topic "
+        "questions bring a memory. --save records the adopted policy with the store, which "
+        "ask then uses. Exits 1 when no candidate passes.",
     )
     _model_options(calibration)
-    _store_options(calibration, "a store to calibrate on (needs --questions; default: the "
-                   "bundled memories)")
+    _store_options(calibration, "a store to calibrate on (default: the bundled memories)")
     _lang_option(calibration, (*EXAMPLE_LANGUAGES, "both"),
                  " (both: one policy that passes on each language's set)")
     calibration.add_argument("--save", action="store_true",
@@ -287,6 +296,10 @@ def _parser() -> argparse.ArgumentParser:
     calibration.add_argument("--tau-days", type=float, default=None,
                              help="with --fit-threshold: bonus decay (default 14)")
     calibration.add_argument("--top-k", type=int, default=8, help="candidates taken by raw cosine")
+    _user_option(calibration, "without --questions: fit the gate on this user's memories")
+    calibration.add_argument("--max-bring-up", type=_share, default=MAX_BRING_UP, metavar="SHARE",
+                             help="without --questions: the share of off-topic questions the "
+                             f"fitted gate may let in (default {MAX_BRING_UP:g})")
     calibration.add_argument("--today", type=_iso_date, default=None,
                              help="reference date (default: 2026-09-10 for the bundled data, "
                              "else today)")
@@ -434,6 +447,16 @@ def _store_options(parser: argparse.ArgumentParser, store_help: str | None = Non
                         help="a Qdrant server (e.g. http://localhost:6333) instead of --store")
     parser.add_argument("--collection", default=DEFAULT_COLLECTION,
                         help=f"the collection holding the memories (default: {DEFAULT_COLLECTION})")
+
+
+def _share(value: str) -> float:
+    try:
+        share = float(value)
+    except ValueError:
+        share = math.nan
+    if not 0 <= share < 1:
+        raise argparse.ArgumentTypeError(f"expected a share in [0, 1), got {value!r}")
+    return share
 
 
 def _id_list(value: str) -> tuple[str, ...]:
@@ -705,7 +728,8 @@ def _first_error(error: ValueError) -> str:
 
 
 def _policy_line(policy: RecencyPolicy) -> Text:
-    return _literal(f"policy: bonus={policy.weight:g}·exp(−days/{policy.tau_days:g}), "
+    units = "" if policy.relevance == "cosine" else "relevance in cohort sd, "
+    return _literal(f"policy: {units}bonus={policy.weight:g}·exp(−days/{policy.tau_days:g}), "
                     f"threshold={policy.threshold:g}, at most {policy.top_n}")
 
 
@@ -753,12 +777,11 @@ def _rank(session: _Session, index: VectorStoreIndex, question: str,
     assert session.embed_model is not None, "open the store first"
     with timings.stage("question embedding"):
         embedding = session.embed_model.get_query_embedding(question)
+    bundle = QueryBundle(query_str=question, embedding=embedding)
     with timings.stage(f"Qdrant search (top {top_k})"):
-        candidates = index.as_retriever(similarity_top_k=top_k).retrieve(
-            QueryBundle(query_str=question, embedding=embedding)
-        )
+        candidates = index.as_retriever(similarity_top_k=top_k).retrieve(bundle)
     with timings.stage("re-rank (bonus, sort, cutoff)"):
-        return postprocessor.explain(candidates)
+        return postprocessor.explain(candidates, bundle)
 
 
 def _reply(session: _Session, llm: LLM, question: str, ranking: RecencyRanking,
@@ -850,7 +873,7 @@ def _demo(args: argparse.Namespace, session: _Session) -> int:
     today = EXAMPLE_REFERENCE_DATE.isoformat()
     with session.store(args.model, _Location(None, None), writes=True) as index:
         policy = _policy(args, index, EXAMPLE_REFERENCE_DATE)
-        postprocessor = RecencyBonusPostprocessor(**dict(policy))
+        postprocessor = RecencyBonusPostprocessor(**dict(policy), embed_model=session.embed_model)
         console.print(
             f"[bold]llama-index-recency demo[/]: model={args.model}, lang={args.lang}, "
             f"today={EXAMPLE_REFERENCE_DATE}, top {args.top_k} → at most {policy.top_n}"
@@ -872,7 +895,7 @@ def _calibrate(args: argparse.Namespace, session: _Session) -> int:
     """Fit the policy (or run the seed's pass) on the bundled data or a labelled store."""
     bundled = args.store is None and args.url is None
     if not bundled and args.questions is None:
-        raise CommandError("calibrating a store needs --questions with labelled questions")
+        return _calibrate_gate(args, session)
     if not bundled and args.lang != "en":
         raise CommandError("--lang picks the bundled memories; a store is calibrated on "
                            "its own --questions")
@@ -913,6 +936,27 @@ def _calibrate(args: argparse.Namespace, session: _Session) -> int:
     return 0 if adopted is not None else 1
 
 
+def _calibrate_gate(args: argparse.Namespace, session: _Session) -> int:
+    """Fit the store's threshold on itself from the shipped off-topic bank (no labels)."""
+    if args.seed or args.grid or args.question_ids or args.lang != "en":
+        raise CommandError("--seed, --grid, --question-ids and --lang need --questions; "
+                           "without them a store's gate is fitted from the off-topic bank")
+    location = _Location.of(args, None)
+    with session.store(args.model, location, writes=False) as index:
+        base = index_policy(index, reference_date=args.today)
+        with session.timings.stage(f"asking {len(offtopic_questions())} off-topic questions"):
+            fit = calibrate_gate(index, base, max_bring_up=args.max_bring_up, user_id=args.user)
+        session.console.print(_literal(fit.summary(base.threshold)))
+        if args.save:
+            adopted = fit.policy(base)
+            save_policy(index, adopted)
+            session.console.print(_literal(
+                f"saved with {location}: {adopted.relevance} threshold={adopted.threshold:g} "
+                f"(weight={adopted.weight:g}, tau_days={adopted.tau_days:g}; ask and demo use it)"))
+    session.console.print(session.timings.table())
+    return 0
+
+
 def _retrieve_all(session: _Session, index: VectorStoreIndex, questions: list[ExampleQuestion],
                   label: str | None) -> list[RetrievedCandidates]:
     """Every memory for every question (the spread needs them all); ids prefixed by ``label``."""
@@ -929,8 +973,10 @@ def _retrieve_all(session: _Session, index: VectorStoreIndex, questions: list[Ex
 def _report_calibration(session: _Session, sets: list[list[RetrievedCandidates]],
                         base: RecencyPolicy, args: argparse.Namespace,
                         source: str) -> RecencyPolicy | None:
-    """Print the fit (or the seed's pass) and return the adopted policy, if any."""
+    """Print the fit (or the seed's pass) and return the adopted policy, if any; labelled
+    calibration scores raw cosines, so its policies are in cosine units."""
     console = session.console
+    base = base.model_copy(update={"relevance": "cosine"})
     retrieved = [item.top(args.top_k) for retrieved_set in sets for item in retrieved_set]
     try:
         sd = raw_cosine_sd(*sets)
@@ -987,10 +1033,22 @@ def _add(args: argparse.Namespace, session: _Session) -> int:
     with session.store(args.model, location, writes=True) as index:
         written = session.insert(index, nodes)
         total = count_memories(index)
+        warning = _gate_warning(session, index)
     for text, old, new in written.replaced_keys:
         session.console.print(_literal(f"replaced the key of {text!r}: {old or '(none)'} → {new}"))
     session.console.print(_summary(written, location, total))
+    if warning:
+        session.console.print(_literal(warning, "yellow"))
     return 0
+
+
+def _gate_warning(session: _Session, index: VectorStoreIndex) -> str | None:
+    """After a write, a store whose gate was fitted on itself (calibrate --save) is checked
+    again: the seed's "rerun the pass as the device accumulates memories"."""
+    if not has_saved_policy(index):
+        return None
+    with session.timings.stage("checking the relevance gate"):
+        return check_gate(index)
 
 
 def _remember(args: argparse.Namespace, session: _Session) -> int:
@@ -1007,10 +1065,13 @@ def _remember(args: argparse.Namespace, session: _Session) -> int:
             stored = remember(turns, index, llm, memory_date=args.date, user_name=args.user_name,
                               user_id=args.user)
         total = count_memories(index)
+        warning = _gate_warning(session, index)
     for node in stored:
         session.console.print(_literal(node.get_content()))
     new = total - before
     session.console.print(_summary(_Written(new, len(stored) - new), location, total))
+    if warning:
+        session.console.print(_literal(warning, "yellow"))
     return 0
 
 

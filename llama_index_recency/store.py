@@ -71,6 +71,7 @@ __all__ = [
     "count_memories",
     "delete_memories",
     "get_memories",
+    "has_saved_policy",
     "index_policy",
     "migrate_store",
     "open_memory_index",
@@ -338,9 +339,9 @@ def close_memory_index(index: MemoryStore) -> None:
 
 
 def save_policy(index: MemoryStore, policy: RecencyPolicy) -> None:
-    """Record ``policy`` (weight, tau_days, threshold, top_n) with the collection."""
+    """Record ``policy`` (relevance units, weight, tau_days, threshold, top_n) with the collection."""
     record = {POLICY_METADATA_KEY: {
-        "weight": policy.weight, "tau_days": policy.tau_days,
+        "relevance": policy.relevance, "weight": policy.weight, "tau_days": policy.tau_days,
         "threshold": policy.threshold, "top_n": policy.top_n,
     }}
     store = vector_store_of(index)
@@ -350,6 +351,11 @@ def save_policy(index: MemoryStore, policy: RecencyPolicy) -> None:
     call = _collection_calls(store.client, store._aclient)
     metadata = dict(call("get_collection", store.collection_name).config.metadata or {})
     call("update_collection", store.collection_name, metadata={**metadata, **record})
+
+
+def has_saved_policy(index: MemoryStore) -> bool:
+    """Whether a policy was calibrated and saved with this store (``save_policy``)."""
+    return POLICY_METADATA_KEY in _collection_metadata(vector_store_of(index))
 
 
 def index_policy(index: MemoryStore, **overrides: Any) -> RecencyPolicy:
