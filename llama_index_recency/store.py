@@ -38,7 +38,7 @@ from qdrant_client import AsyncQdrantClient, QdrantClient, models
 
 from llama_index_recency.edge import MemoryStoreLockedError, QdrantEdgeVectorStore
 from llama_index_recency.embeddings import EmbeddingMismatchError
-from llama_index_recency.filters import to_qdrant_filter
+from llama_index_recency.filters import has_condition, to_qdrant_filter
 from llama_index_recency.models import CALIBRATED_POLICIES
 from llama_index_recency.scoring import RecencyPolicy
 
@@ -304,9 +304,11 @@ def delete_memories(
     ids: Optional[Sequence[str]] = None,
     filters: Optional[MetadataFilters] = None,
 ) -> None:
-    """Delete the memories with these ids AND matching ``filters``; one of them is required."""
-    if ids is None and (filters is None or not filters.filters):
-        raise ValueError("name the memories to delete: ids, filters, or both")
+    """Delete the memories with these ids AND matching ``filters``; one of them is required
+    (``filters`` without a condition select everything, so they do not count)."""
+    if ids is None and not has_condition(filters):
+        raise ValueError(f"name the memories to delete: ids, filters with a condition, or both; "
+                         f"got filters={filters!r}")
     store = vector_store_of(index)
     if isinstance(store, QdrantEdgeVectorStore):
         store.delete_nodes(node_ids=None if ids is None else list(ids), filters=filters)

@@ -24,6 +24,7 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
+from llama_index_recency.filters import has_condition
 from llama_index_recency.memory import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY
 from llama_index_recency.scoring import (
     RankedMemory,
@@ -78,13 +79,14 @@ def forget(
     """Delete memories for real; returns how many were deleted.
 
     Selects the memories with ``ids`` AND of ``user_id`` AND dated before ``before`` AND
-    matching ``filters``; at least one is required (nothing deletes everything by
-    accident). Links are kept consistent: memories that named a deleted one in
-    ``supersedes`` or ``superseded_by`` no longer do.
+    matching ``filters``; at least one is required, and ``filters`` without a condition
+    do not count (nothing deletes everything by accident). Links are kept consistent:
+    memories that named a deleted one in ``supersedes`` or ``superseded_by`` no longer do.
     """
     scope = memory_scope(user_id=user_id, before=before, filters=filters)
     if ids is None and scope is None:
-        raise ValueError("forget needs ids, user_id, before or filters; it never deletes everything")
+        raise ValueError(f"forget needs ids, user_id, before or filters with a condition, got "
+                         f"filters={filters!r}; it never deletes everything")
     with _LINKS:
         return _forget(index, ids, scope)
 
@@ -115,7 +117,7 @@ def memory_scope(
 ) -> Optional[MetadataFilters]:
     """``filters`` AND ``user_id == user_id`` AND ``date < before``, or None for no condition."""
     conditions: list[MetadataFilter | MetadataFilters] = []
-    if filters is not None and filters.filters:
+    if has_condition(filters):
         conditions.append(filters)
     if user_id is not None:
         conditions.append(MetadataFilter(key=USER_ID_KEY, operator=FilterOperator.EQ, value=user_id))

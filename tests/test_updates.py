@@ -5,9 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_recency import QdrantRecencyRetriever, RecencyBonusPostprocessor, memory_node, open_memory_index
-from llama_index_recency.store import count_memories, get_memories, is_local_mode_store
+from llama_index_recency.store import (
+    count_memories,
+    delete_memories,
+    get_memories,
+    is_local_mode_store,
+)
 from llama_index_recency.updates import (
     SUPERSEDED_BY_KEY,
     SUPERSEDES_KEY,
@@ -103,6 +109,17 @@ def test_forget_refuses_to_delete_everything_and_bad_dates(index) -> None:
         forget(index)
     with pytest.raises(ValueError, match="'31/08/2026'"):
         forget(index, before="31/08/2026")
+
+
+def test_filters_without_a_condition_never_delete_everything(index) -> None:
+    insert_memories(index, [fresh(n) for n in (BLACK, TRAINS, HANAKO)])
+    hollow = MetadataFilters(filters=[MetadataFilters(filters=[])])  # translates to no condition
+    with pytest.raises(ValueError, match=r"filters with a condition, got filters=MetadataFilters"):
+        forget(index, filters=hollow)
+    with pytest.raises(ValueError, match=r"filters with a condition, or both; got filters=Meta"):
+        delete_memories(index, filters=hollow)
+    assert count_memories(index) == 3
+    assert forget(index, user_id="hanako", filters=hollow) == 1  # a real condition still selects
 
 
 def test_storing_a_memory_again_keeps_its_links(index) -> None:
