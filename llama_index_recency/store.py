@@ -397,9 +397,11 @@ def migrate_store(
     """Copy a 0.1.0 store (qdrant-client local mode) into a Qdrant Edge store at ``target``.
 
     Every memory keeps its id, vector and payload, and the collection its embedding
-    identity; no embedding model is needed. ``source`` is only read. Rerunning is
-    harmless (same ids overwrite themselves). The counts are verified; a shortfall is
-    an error. ``progress`` is called with the number of memories copied per batch.
+    identity; no embedding model is needed. ``source`` is only read. The identity is
+    recorded before any point is copied, so an interrupted copy is never adopted by
+    another model; rerunning finishes it (same ids overwrite themselves). The counts are
+    verified; a shortfall is an error. ``progress`` is called with the number of
+    memories copied per batch.
     """
     if not is_local_mode_store(source):
         raise MemoryStoreNotFoundError(
@@ -423,14 +425,14 @@ def migrate_store(
             recorded = edge.metadata.get(EMBEDDING_METADATA_KEY)
             if identity is not None and recorded not in (None, identity):
                 raise _mismatch(collection_name, recorded, identity)
+            if identity is not None:
+                edge.update_metadata({EMBEDDING_METADATA_KEY: identity})
             copied = 0
             for batch in _local_points(client, collection_name):
                 edge.upsert_points(batch)
                 copied += len(batch)
                 if progress is not None:
                     progress(len(batch))
-            if identity is not None:
-                edge.update_metadata({EMBEDDING_METADATA_KEY: identity})
             edge.flush()
             target_count = edge.count()
         finally:
