@@ -34,14 +34,15 @@ memories, briefly list them and ask which one the user means.
 MEMORY_DATE_PREFIX = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}: ")
 """The recorded date that starts each memory line (``memory_node`` writes it)."""
 
-# A date (optionally with a time and offset) followed by a colon, anywhere but the prefix.
+# A date, ISO or Japanese (2099年1月1日), optionally with a time and offset, followed by a
+# colon, anywhere but the prefix.
 _INNER_DATE = re.compile(
-    r"(?<!\d)(\d{4}-\d{2}-\d{2}"
+    r"(?<!\d)((?:\d{4}-\d{2}-\d{2}|\d{4}年\d{1,2}月\d{1,2}日)"
     r"(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?)?)\s*:"
 )
 
-LEFT_ANGLE_LOOKALIKES = "‹〈⟨❬❮❰⧼˂˱⦑⋖"
-RIGHT_ANGLE_LOOKALIKES = "›〉⟩❭❯❱⧽˃˲⦒⋗"
+LEFT_ANGLE_LOOKALIKES = "‹〈⟨❬❮❰⧼˂˱⦑⋖ᐸ"
+RIGHT_ANGLE_LOOKALIKES = "›〉⟩❭❯❱⧽˃˲⦒⋗ᐳ"
 """Angle-bracket look-alikes that NFKC leaves alone; folded to < and > so they get escaped
 (here in memory text, and in the writer's conversation text)."""
 
@@ -61,9 +62,10 @@ def escape_memory_text(text: str) -> str:
     """Make memory text unable to close or reopen the block or to fake a memory's date.
 
     NFKC-normalised (so full-width ``＜`` and ``２０９９-０１-０１：`` read as what they look
-    like; "…" is kept), other angle-bracket look-alikes folded to ``<``/``>``, dates
-    neutralised except each line's leading ``YYYY-MM-DD:``, then HTML-escaped with
-    quotes left alone, so "Taro's" stays "Taro's".
+    like; "…" is kept), other angle-bracket look-alikes folded to ``<``/``>``, dates (ISO
+    or ``2099年01月01日``) neutralised except each line's leading ``YYYY-MM-DD:``, then
+    HTML-escaped with quotes left alone, so "Taro's" stays "Taro's". The writer's
+    ``<existing_memories>`` use it too.
     """
     text = "…".join(unicodedata.normalize("NFKC", part) for part in text.split("…"))
     text = "\n".join(_neutralise_inner_dates(line) for line in text.split("\n"))
