@@ -16,6 +16,9 @@ from typing import Any, Optional
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.prompts import ChatPromptTemplate, PromptTemplate
+from llama_index.core.schema import BaseNode
+
+from llama_index_recency.memory import calendar_day
 
 MEMORY_RULES = """\
 Below, between the retrieved_memory tags, are memories about the user, one per line. Each \
@@ -70,6 +73,21 @@ def escape_memory_text(text: str) -> str:
     text = "…".join(unicodedata.normalize("NFKC", part) for part in text.split("…"))
     text = "\n".join(_neutralise_inner_dates(line) for line in text.split("\n"))
     return html.escape(text.translate(_ANGLE_LOOKALIKES), quote=False)
+
+
+def memory_text(node: BaseNode, date_key: str = "date") -> str:
+    """A node as one memory of the block: ``YYYY-MM-DD: <content>``, as ``memory_node`` writes it.
+
+    Any node with a usable ``date_key`` (a plain ``TextNode`` too) reads so: its metadata
+    never leaks into the text, and content already starting with its day keeps one prefix.
+    A node without a usable date is its content alone.
+    """
+    content = node.get_content()
+    try:
+        prefix = f"{calendar_day(node.metadata.get(date_key)).isoformat()}: "
+    except ValueError:
+        return content
+    return content if content.startswith(prefix) else prefix + content
 
 
 def memory_context(memories: Sequence[str], limit: Optional[int] = None) -> str:
