@@ -28,6 +28,7 @@ from llama_index_recency.prompts import (
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
     RETRIEVED_MEMORY_PROMPT,
     memory_context,
+    memory_text,
 )
 
 TodayLike = Union[date, datetime, str, None]
@@ -92,7 +93,8 @@ class MemoryResponseSynthesizer(BaseSynthesizer):
         **response_kwargs: Any,
     ) -> RESPONSE_TYPE:
         if nodes:
-            return super().synthesize(query, nodes, additional_source_nodes, **response_kwargs)
+            return super().synthesize(query, nodes, additional_source_nodes,
+                                      memory_texts=_memory_texts(nodes), **response_kwargs)
         answer = self.get_response(_query_str(query), [], **response_kwargs)
         return self._prepare_response_output(answer, list(additional_source_nodes or []))
 
@@ -104,24 +106,36 @@ class MemoryResponseSynthesizer(BaseSynthesizer):
         **response_kwargs: Any,
     ) -> RESPONSE_TYPE:
         if nodes:
-            return await super().asynthesize(
-                query, nodes, additional_source_nodes, **response_kwargs
-            )
+            return await super().asynthesize(query, nodes, additional_source_nodes,
+                                             memory_texts=_memory_texts(nodes), **response_kwargs)
         answer = await self.aget_response(_query_str(query), [], **response_kwargs)
         return self._prepare_response_output(answer, list(additional_source_nodes or []))
 
     def get_response(
-        self, query_str: str, text_chunks: Sequence[str], **response_kwargs: Any
+        self,
+        query_str: str,
+        text_chunks: Sequence[str],
+        memory_texts: Optional[Sequence[str]] = None,
+        **response_kwargs: Any,
     ) -> RESPONSE_TEXT_TYPE:
-        prompt, context_str = self._prompt(query_str, text_chunks, response_kwargs)
+        """The answer; ``memory_texts`` (passed by :meth:`synthesize`) replace ``text_chunks``,
+        which LlamaIndex renders with a plain node's metadata in them."""
+        memories = text_chunks if memory_texts is None else memory_texts
+        prompt, context_str = self._prompt(query_str, memories, response_kwargs)
         if self._streaming:
             return self._llm.stream(prompt, context_str=context_str, **response_kwargs)
         return self._llm.predict(prompt, context_str=context_str, **response_kwargs)
 
     async def aget_response(
-        self, query_str: str, text_chunks: Sequence[str], **response_kwargs: Any
+        self,
+        query_str: str,
+        text_chunks: Sequence[str],
+        memory_texts: Optional[Sequence[str]] = None,
+        **response_kwargs: Any,
     ) -> RESPONSE_TEXT_TYPE:
-        prompt, context_str = self._prompt(query_str, text_chunks, response_kwargs)
+        """Async :meth:`get_response`."""
+        memories = text_chunks if memory_texts is None else memory_texts
+        prompt, context_str = self._prompt(query_str, memories, response_kwargs)
         if self._streaming:
             return await self._llm.astream(prompt, context_str=context_str, **response_kwargs)
         return await self._llm.apredict(prompt, context_str=context_str, **response_kwargs)
@@ -165,6 +179,11 @@ class MemoryResponseSynthesizer(BaseSynthesizer):
             middle = (fitting + too_long) // 2
             fitting, too_long = (middle, too_long) if fits(middle) else (fitting, middle)
         return memory_context(memories, fitting)
+
+
+def _memory_texts(nodes: Sequence[NodeWithScore]) -> list[str]:
+    """Each node as the block shows a memory (``YYYY-MM-DD: <content>``, no metadata)."""
+    return [memory_text(n.node) for n in nodes]
 
 
 def _query_str(query: QueryTextType) -> str:

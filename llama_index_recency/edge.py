@@ -30,7 +30,7 @@ from llama_index.core.vector_stores.utils import (
 )
 from pydantic_core import PydanticSerializationError
 
-from llama_index_recency.filters import to_edge_filter
+from llama_index_recency.filters import has_condition, to_edge_filter
 from llama_index_recency.memory import USER_ID_KEY
 
 METADATA_FILE = "collection_metadata.json"
@@ -138,10 +138,12 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
     ) -> None:
         """Delete the nodes with these ids and/or matching ``filters`` (both: both must hold).
 
-        With neither, nothing is selected and ``ValueError`` is raised: use :meth:`clear`.
+        With neither (or ``filters`` without a condition, which select everything),
+        ``ValueError`` is raised: use :meth:`clear`.
         """
-        if node_ids is None and (filters is None or not filters.filters):
-            raise ValueError("delete_nodes needs node_ids or filters; clear() deletes everything")
+        if node_ids is None and not has_condition(filters):
+            raise ValueError(f"delete_nodes needs node_ids or filters with a condition, got "
+                             f"filters={filters!r}; clear() deletes everything")
         shard = self._require_open()
         selection = self._selection(node_ids, filters)
         if shard is not None and node_ids != []:

@@ -17,7 +17,8 @@ satisfies it, and a condition on a missing or null field does not hold, except `
   match "apple").
 - ``IS_EMPTY``: the field is missing, null or ``[]``.
 - ``AND`` / ``OR`` / ``NOT`` map to ``must`` / ``should`` / ``must_not``; nested
-  ``MetadataFilters`` nest, empty ones are skipped.
+  ``MetadataFilters`` nest, ones without a condition (empty, or only such groups) are
+  skipped: they select everything (see :func:`has_condition`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Optional
 
 import qdrant_edge
 from llama_index.core.vector_stores.types import (
@@ -114,11 +115,19 @@ def to_edge_filter(filters: MetadataFilters) -> qdrant_edge.Filter:
     return _translate(filters, _EDGE)
 
 
+def has_condition(filters: Optional[MetadataFilters]) -> bool:
+    """Whether ``filters`` hold at least one condition. Without one (None, empty, or only
+    empty groups) they select everything, so no delete accepts them as its selection."""
+    return filters is not None and any(
+        not isinstance(item, MetadataFilters) or has_condition(item) for item in filters.filters
+    )
+
+
 def _translate(filters: MetadataFilters, vocab: _Vocabulary) -> Any:
     conditions = []
     for item in filters.filters:
         if isinstance(item, MetadataFilters):
-            if item.filters:
+            if has_condition(item):
                 conditions.append(_translate(item, vocab))
         elif isinstance(item, MetadataFilter):
             conditions.append(_condition(item, vocab))

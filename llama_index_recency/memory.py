@@ -93,9 +93,9 @@ def memory_node(
 
     ``user_name`` replaces the generic subject (:func:`with_subject`); a fact longer than
     :data:`MAX_FACT_CHARS` is refused. ``user_id`` scopes the memory to one user (stored
-    under :data:`USER_ID_KEY` and part of the id); ``supersedes`` names the ids of earlier
-    memories this one updates (store it with ``updates.insert_memories`` so they get
-    the back link).
+    under :data:`USER_ID_KEY` and part of the id); ``supersedes`` names the ids (UUID
+    strings) of earlier memories this one updates (store it with
+    ``updates.insert_memories`` so they get the back link).
 
     The date stays in the embedded text (dropping it changed cosines in the seed's
     measurements) and is also stored under ``date_key`` for the bonus. Metadata is
@@ -124,6 +124,10 @@ def memory_node(
         extra[USER_ID_KEY] = user_id
     if supersedes:
         extra[SUPERSEDES_KEY] = sorted({str(i) for i in supersedes})
+    # Checked now: a bad link would be stored and only fail when followed or forgotten.
+    bad = [link for link in extra.get(SUPERSEDES_KEY) or [] if not _is_uuid(link)]
+    if bad:
+        raise ValueError(f"supersedes names {bad[0]!r}, which is not a memory id (a UUID string)")
     node_metadata = {date_key: iso_date, **extra}
     return TextNode(
         id_=memory_id(fact, iso_date, extra.get(USER_ID_KEY)),
@@ -132,6 +136,17 @@ def memory_node(
         excluded_embed_metadata_keys=list(node_metadata),
         excluded_llm_metadata_keys=list(node_metadata),
     )
+
+
+def _is_uuid(value: object) -> bool:
+    """Whether ``value`` is a UUID string, the only id a memory (a Qdrant point) can have."""
+    if not isinstance(value, str):
+        return False
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
 
 
 def calendar_day(value: date | datetime | str) -> date:

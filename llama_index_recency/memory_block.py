@@ -23,10 +23,14 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import LLM
 from llama_index.core.memory import Memory
 from llama_index.core.memory.memory import BaseMemoryBlock
-from llama_index.core.schema import MetadataMode, TextNode
+from llama_index.core.schema import TextNode
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
-from llama_index_recency.prompts import RETRIEVED_MEMORY_CONTEXT_TEMPLATE, memory_context
+from llama_index_recency.prompts import (
+    RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
+    memory_context,
+    memory_text,
+)
 from llama_index_recency.retriever import QdrantRecencyRetriever
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.store import index_policy
@@ -121,7 +125,7 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
         found = await self.retriever.aretrieve(query)
         if not found:
             return ""
-        texts = [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in found]
+        texts = [memory_text(n.node, self._policy.date_key) for n in found]
         # "Today" as the writer dates memories: the policy's reference date if set, else the
         # local calendar day.
         reference = self._policy.reference_date

@@ -38,7 +38,7 @@ from qdrant_client import AsyncQdrantClient, QdrantClient, models
 
 from llama_index_recency.edge import MemoryStoreLockedError, QdrantEdgeVectorStore
 from llama_index_recency.embeddings import EmbeddingMismatchError
-from llama_index_recency.filters import to_qdrant_filter
+from llama_index_recency.filters import has_condition, to_qdrant_filter
 from llama_index_recency.models import CALIBRATED_POLICIES
 from llama_index_recency.scoring import RecencyPolicy
 
@@ -305,9 +305,11 @@ def delete_memories(
     ids: Optional[Sequence[str]] = None,
     filters: Optional[MetadataFilters] = None,
 ) -> None:
-    """Delete the memories with these ids AND matching ``filters``; one of them is required."""
-    if ids is None and (filters is None or not filters.filters):
-        raise ValueError("name the memories to delete: ids, filters, or both")
+    """Delete the memories with these ids AND matching ``filters``; one of them is required
+    (``filters`` without a condition select everything, so they do not count)."""
+    if ids is None and not has_condition(filters):
+        raise ValueError(f"name the memories to delete: ids, filters with a condition, or both; "
+                         f"got filters={filters!r}")
     store = vector_store_of(index)
     if isinstance(store, QdrantEdgeVectorStore):
         store.delete_nodes(node_ids=None if ids is None else list(ids), filters=filters)
@@ -401,9 +403,11 @@ def migrate_store(
     """Copy a 0.1.0 store (qdrant-client local mode) into a Qdrant Edge store at ``target``.
 
     Every memory keeps its id, vector and payload, and the collection its embedding
-    identity; no embedding model is needed. ``source`` is only read. Rerunning is
-    harmless (same ids overwrite themselves). The counts are verified; a shortfall is
-    an error. ``progress`` is called with the number of memories copied per batch.
+    identity; no embedding model is needed. ``source`` is only read. The identity is
+    recorded before any point is copied, so an interrupted copy is never adopted by
+    another model; rerunning finishes it (same ids overwrite themselves). The counts are
+    verified; a shortfall is an error. ``progress`` is called with the number of
+    memories copied per batch.
     """
     if not is_local_mode_store(source):
         raise MemoryStoreNotFoundError(
@@ -427,14 +431,14 @@ def migrate_store(
             recorded = edge.metadata.get(EMBEDDING_METADATA_KEY)
             if identity is not None and recorded not in (None, identity):
                 raise _mismatch(collection_name, recorded, identity)
+            if identity is not None:
+                edge.update_metadata({EMBEDDING_METADATA_KEY: identity})
             copied = 0
             for batch in _local_points(client, collection_name):
                 edge.upsert_points(batch)
                 copied += len(batch)
                 if progress is not None:
                     progress(len(batch))
-            if identity is not None:
-                edge.update_metadata({EMBEDDING_METADATA_KEY: identity})
             edge.flush()
             target_count = edge.count()
         finally:

@@ -24,6 +24,7 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
+from llama_index_recency.filters import has_condition
 from llama_index_recency.memory import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY
 from llama_index_recency.scoring import (
     RankedMemory,
@@ -78,13 +79,16 @@ def forget(
     """Delete memories for real; returns how many were deleted.
 
     Selects the memories with ``ids`` AND of ``user_id`` AND dated before ``before`` AND
-    matching ``filters``; at least one is required (nothing deletes everything by
-    accident). Links are kept consistent: memories that named a deleted one in
-    ``supersedes`` or ``superseded_by`` no longer do.
+    matching ``filters``; at least one is required, and ``filters`` without a condition
+    do not count (nothing deletes everything by accident). Links are kept consistent:
+    memories that named a deleted one in ``supersedes`` or ``superseded_by`` no longer do,
+    and a chain stays whole: forgetting B of A → B → C links A → C, so A still leads to
+    the newest fact.
     """
     scope = memory_scope(user_id=user_id, before=before, filters=filters)
     if ids is None and scope is None:
-        raise ValueError("forget needs ids, user_id, before or filters; it never deletes everything")
+        raise ValueError(f"forget needs ids, user_id, before or filters with a condition, got "
+                         f"filters={filters!r}; it never deletes everything")
     with _LINKS:
         return _forget(index, ids, scope)
 
@@ -94,16 +98,35 @@ def _forget(index: MemoryStore, ids: Optional[Sequence[str]],
     doomed = get_memories(index, ids, scope)
     if not doomed:
         return 0
-    gone = {node.node_id for node in doomed}
+    gone = {node.node_id: node for node in doomed}
     delete_memories(index, sorted(gone))
     changes: dict[str, list[LinkChange]] = {}
     for node in doomed:
-        for key, back_key in ((SUPERSEDES_KEY, SUPERSEDED_BY_KEY), (SUPERSEDED_BY_KEY, SUPERSEDES_KEY)):
-            for other in node.metadata.get(key) or []:
-                if other not in gone:
-                    changes.setdefault(other, []).append((back_key, set(), {node.node_id}))
+        older = _kept_links(node, SUPERSEDES_KEY, gone)
+        newer = _kept_links(node, SUPERSEDED_BY_KEY, gone)
+        for other in older:
+            changes.setdefault(other, []).append((SUPERSEDED_BY_KEY, newer, {node.node_id}))
+        for other in newer:
+            changes.setdefault(other, []).append((SUPERSEDES_KEY, older, {node.node_id}))
     _update_links(index, changes)
     return len(doomed)
+
+
+def _kept_links(node: BaseNode, key: str, gone: dict[str, BaseNode]) -> set[str]:
+    """The memories ``node`` links to under ``key`` that stay, reached through deleted ones."""
+    kept: set[str] = set()
+    seen = {node.node_id}
+    frontier = list(node.metadata.get(key) or [])
+    while frontier:
+        link = frontier.pop()
+        if link in seen:
+            continue
+        seen.add(link)
+        if link in gone:
+            frontier.extend(gone[link].metadata.get(key) or [])
+        else:
+            kept.add(link)
+    return kept
 
 
 def memory_scope(
@@ -115,7 +138,7 @@ def memory_scope(
 ) -> Optional[MetadataFilters]:
     """``filters`` AND ``user_id == user_id`` AND ``date < before``, or None for no condition."""
     conditions: list[MetadataFilter | MetadataFilters] = []
-    if filters is not None and filters.filters:
+    if has_condition(filters):
         conditions.append(filters)
     if user_id is not None:
         conditions.append(MetadataFilter(key=USER_ID_KEY, operator=FilterOperator.EQ, value=user_id))

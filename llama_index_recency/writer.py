@@ -34,7 +34,12 @@ from llama_index_recency.memory import (
     has_subject,
     memory_node,
 )
-from llama_index_recency.prompts import LEFT_ANGLE_LOOKALIKES, RIGHT_ANGLE_LOOKALIKES
+from llama_index_recency.prompts import (
+    LEFT_ANGLE_LOOKALIKES,
+    RIGHT_ANGLE_LOOKALIKES,
+    escape_memory_text,
+    memory_text,
+)
 from llama_index_recency.updates import insert_memories, memory_scope
 
 Role = Literal["user", "assistant"]
@@ -341,7 +346,8 @@ class _Job:
     def messages(self, part: _Part, related: Sequence[BaseNode] = ()) -> list[ChatMessage]:
         existing = ""
         if related:
-            lines = "\n".join(f"E{i}. {node.get_content().translate(_AS_DATA)}"
+            # Read and escaped as in the memory block (dated, NFKC, look-alikes), on one line.
+            lines = "\n".join(f"E{i}. {escape_memory_text(' '.join(memory_text(node).split()))}"
                               for i, node in enumerate(related, start=1))
             existing = f"\n<existing_memories>\n{lines}\n</existing_memories>"
         return self.prompt.format_messages(conversation=part.text, existing_memories=existing)

@@ -186,6 +186,22 @@ def test_inner_dates_and_line_breaks_cannot_fake_a_newer_memory(openai_server) -
     )
 
 
+async def test_a_plain_dated_node_reads_like_a_memory_node(openai_server) -> None:
+    nodes = scored(
+        TextNode(text="Taro likes trains.", metadata={"date": "2026-09-09", "kind": "hobby"}),
+        TextNode(text="2026-09-08: Taro made pasta.",
+                 metadata={"date": "2026-09-08T20:00:00+09:00"}),
+        TextNode(text="Taro has a cat.", metadata={"source": "notes"}),  # no date: content only
+    )
+    synthesizer = MemoryResponseSynthesizer(llm=llm(openai_server), today=TODAY)
+    synthesizer.synthesize(QUERY, nodes)
+    await synthesizer.asynthesize(QUERY, nodes)
+    expected = ("<retrieved_memory>\n2026-09-09: Taro likes trains.\n\n"
+                "2026-09-08: Taro made pasta.\n\nTaro has a cat.\n</retrieved_memory>")
+    for request in openai_server.requests:
+        assert block(request["messages"][0]["content"]) == expected
+
+
 def test_apostrophes_reach_the_llm_as_written_and_markup_escaped(openai_server) -> None:
     nodes = scored(stored("Taro's cat is called \"Mugi\" & sleeps on <b>books</b>."))
     MemoryResponseSynthesizer(llm=llm(openai_server)).synthesize(QUERY, nodes)

@@ -313,8 +313,11 @@ def test_delete_by_ref_doc_id_by_node_ids_and_by_filter(store: QdrantEdgeVectorS
     assert store.count() == len(left) - 1
     assert [n.node_id for n in store.get_nodes(node_ids=[node_id(task), node_id(event)])] == [
         node_id(event)]
-    with pytest.raises(ValueError, match="delete_nodes needs node_ids or filters"):
-        store.delete_nodes()
+    for hollow in (group(group()), group(group(), group(condition="or"), condition="not"),
+                   group(), None):
+        with pytest.raises(ValueError, match="delete_nodes needs node_ids or filters with a cond"):
+            store.delete_nodes(filters=hollow)  # each selects everything
+    assert store.count() == len(left) - 1
 
 
 def test_clear_empties_the_store_and_keeps_it_usable(store: QdrantEdgeVectorStore) -> None:

@@ -141,10 +141,21 @@ def test_a_users_memory_id_includes_the_user_and_unscoped_ids_stay_as_in_0_1_0()
     assert "taro" not in taro.get_content(metadata_mode="embed")
 
 
+A_ID, B_ID = "00000000-0000-4000-8000-00000000000a", "00000000-0000-4000-8000-00000000000b"
+
+
 def test_supersedes_is_stored_as_a_sorted_id_list_never_shown() -> None:
-    node = memory_node("The user drinks tea now.", "2026-09-08", supersedes=["b", "a", "b"])
-    assert node.metadata["supersedes"] == ["a", "b"]
+    node = memory_node("The user drinks tea now.", "2026-09-08", supersedes=[B_ID, A_ID, B_ID])
+    assert node.metadata["supersedes"] == [A_ID, B_ID]
     assert node.get_content(metadata_mode="llm") == "2026-09-08: The user drinks tea now."
+
+
+@pytest.mark.parametrize("links", [{"supersedes": [A_ID, "not-a-uuid"]},
+                                   {"metadata": {"supersedes": ["not-a-uuid"]}}])
+def test_supersedes_names_only_uuid_memory_ids(links) -> None:
+    with pytest.raises(ValueError, match=r"^supersedes names 'not-a-uuid', which is not a memory "
+                                         r"id \(a UUID string\)$"):
+        memory_node("The user drinks tea now.", "2026-09-08", **links)
 
 
 @pytest.mark.parametrize("user_id", ["", "  ", 7])

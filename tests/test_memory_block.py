@@ -12,6 +12,7 @@ from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent, ReActA
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.llms.mock import MockFunctionCallingLLMWithChatMemoryOfLastCall
 from llama_index.core.memory import Memory
+from llama_index.core.schema import TextNode
 
 from llama_index_recency import (
     RecencyMemoryBlock,
@@ -78,6 +79,18 @@ async def test_the_block_injects_passing_memories_and_nothing_for_a_hit_free_que
     without = await memory.aget(input="Who won the last World Cup?")
     assert all("retrieved_memory" not in (m.content or "") for m in without)
     assert all("Today is" not in (m.content or "") for m in without)
+
+
+async def test_a_plain_dated_node_reads_like_a_memory_node() -> None:
+    plain = TextNode(text="Taro drinks coffee black.", metadata={"date": "2026-09-09", "kind": "x"})
+    embed = CoffeeEmbedding({plain.get_content(metadata_mode="embed"): 0.6,
+                             "filler for the last axis": 0.0})
+    index = open_memory_index(embed)
+    index.insert_nodes([plain])
+    memory = Memory.from_defaults(session_id="plain", memory_blocks=[
+        RecencyMemoryBlock(index=index, policy=POLICY)])
+    system = (await memory.aget(input=COFFEE))[0].content
+    assert "<retrieved_memory>\n2026-09-09: Taro drinks coffee black.\n</retrieved_memory>" in system
 
 
 def test_the_sync_memory_api_gets_the_block_too() -> None:

@@ -30,6 +30,7 @@ from llama_index_recency.store import (
     check_memory_store,
     close_memory_index,
     count_memories,
+    edge_shard_path,
     get_memories,
     index_policy,
     migrate_store,
@@ -145,6 +146,35 @@ def test_migrate_copies_every_memory_and_the_identity_and_leaves_the_source(tmp_
         "model": "known-cosine", "dimensions": 9
     }
     assert top3(migrated) == TOP3
+
+
+def test_a_migrate_killed_mid_copy_keeps_its_identity_and_a_rerun_finishes(tmp_path: Path) -> None:
+    source, target = tmp_path / "old", tmp_path / "new"
+    write_0_1_0_store(source)
+    code = f"""
+        import os
+        import llama_index_recency.store as store
+        store._COPY_BATCH = 3  # 8 memories: kill -9 after the first of three batches
+        store.migrate_store({str(source)!r}, {str(target)!r},
+                            progress=lambda copied: os.kill(os.getpid(), 9))
+    """
+    child = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                           text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    shard = QdrantEdgeVectorStore(edge_shard_path(target))
+    assert shard.count() == 3
+    shard.close()
+
+    with pytest.raises(EmbeddingMismatchError, match="'known-cosine' .*refusing to use it with 'other'"):
+        open_memory_index(embed(), path=target, embedding_name="other")  # same dimension
+    rerun = migrate_store(source, target)
+    assert (rerun.source_count, rerun.copied, rerun.target_count) == (8, 8, 8)
+    client = QdrantClient(path=str(source))
+    expected = {str(r.id): r.payload for r in client.scroll("memories", limit=100)[0]}
+    client.close()
+    shard = QdrantEdgeVectorStore(edge_shard_path(target))
+    assert {id_: payload for id_, _, payload in shard.iter_points()} == expected
+    shard.close()
 
 
 def test_migrate_refuses_what_it_cannot_copy(tmp_path: Path) -> None:

@@ -5,9 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_recency import QdrantRecencyRetriever, RecencyBonusPostprocessor, memory_node, open_memory_index
-from llama_index_recency.store import count_memories, get_memories, is_local_mode_store
+from llama_index_recency.store import (
+    count_memories,
+    delete_memories,
+    get_memories,
+    is_local_mode_store,
+)
 from llama_index_recency.updates import (
     SUPERSEDED_BY_KEY,
     SUPERSEDES_KEY,
@@ -88,14 +94,27 @@ def test_forget_by_id_by_user_and_by_date_keeps_links_consistent(index) -> None:
 
     assert forget(index, [LATTE.node_id]) == 1
     stored = {n.node_id: n for n in get_memories(index)}
-    assert SUPERSEDED_BY_KEY not in stored[BLACK.node_id].metadata
-    assert SUPERSEDES_KEY not in stored[TEA.node_id].metadata
+    assert stored[BLACK.node_id].metadata[SUPERSEDED_BY_KEY] == [TEA.node_id]  # over LATTE
+    assert stored[TEA.node_id].metadata[SUPERSEDES_KEY] == [BLACK.node_id]
 
     assert forget(index, user_id="taro", before="2026-06-01") == 1  # BLACK only, not hanako's
-    assert {n.node_id for n in get_memories(index)} == {TRAINS.node_id, TEA.node_id, HANAKO.node_id}
+    stored = {n.node_id: n for n in get_memories(index)}
+    assert set(stored) == {TRAINS.node_id, TEA.node_id, HANAKO.node_id}
+    assert SUPERSEDES_KEY not in stored[TEA.node_id].metadata
     assert forget(index, user_id="hanako") == 1
     assert forget(index, ["5f1d6e3c-0000-4000-8000-000000000000"]) == 0  # no such memory
     assert count_memories(index) == 2
+
+
+def test_forgetting_the_middle_of_a_chain_keeps_the_newest_fact_reachable(index) -> None:
+    insert_memories(index, [fresh(n) for n in (BLACK, TRAINS, HANAKO)])
+    insert_memories(index, [fresh(LATTE)])
+    insert_memories(index, [fresh(TEA)])
+    forget(index, [LATTE.node_id])  # BLACK → LATTE → TEA: BLACK must still lead to TEA
+    retriever, found = retrieve(index, user_id="taro")
+    assert [n.node.node_id for n in found] == [TEA.node_id, BLACK.node_id, TRAINS.node_id]
+    rows = {row.node_id: row.reason for row in retriever.explain(QUERY).rows}
+    assert rows[TEA.node_id] == f"successor of {BLACK.node_id}"
 
 
 def test_forget_refuses_to_delete_everything_and_bad_dates(index) -> None:
@@ -103,6 +122,17 @@ def test_forget_refuses_to_delete_everything_and_bad_dates(index) -> None:
         forget(index)
     with pytest.raises(ValueError, match="'31/08/2026'"):
         forget(index, before="31/08/2026")
+
+
+def test_filters_without_a_condition_never_delete_everything(index) -> None:
+    insert_memories(index, [fresh(n) for n in (BLACK, TRAINS, HANAKO)])
+    hollow = MetadataFilters(filters=[MetadataFilters(filters=[])])  # translates to no condition
+    with pytest.raises(ValueError, match=r"filters with a condition, got filters=MetadataFilters"):
+        forget(index, filters=hollow)
+    with pytest.raises(ValueError, match=r"filters with a condition, or both; got filters=Meta"):
+        delete_memories(index, filters=hollow)
+    assert count_memories(index) == 3
+    assert forget(index, user_id="hanako", filters=hollow) == 1  # a real condition still selects
 
 
 def test_storing_a_memory_again_keeps_its_links(index) -> None:
