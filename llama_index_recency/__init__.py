@@ -38,6 +38,7 @@ from llama_index_recency.examples import (
     example_memories,
     example_questions,
 )
+from llama_index_recency.gate import GateFit, calibrate_gate, check_gate
 from llama_index_recency.memory import memory_node
 from llama_index_recency.memory_block import RecencyMemoryBlock
 from llama_index_recency.models import (
@@ -95,6 +96,7 @@ __all__ = [
     "EmbeddingMismatchError",
     "ExampleQuestion",
     "FallbackEmbedding",
+    "GateFit",
     "HitFreeMax",
     "MEMORY_EXTRACTION_PROMPT",
     "MemoryDateError",
@@ -124,6 +126,8 @@ __all__ = [
     "aextract_memories",
     "aremember",
     "calibrate",
+    "calibrate_gate",
+    "check_gate",
     "close_memory_index",
     "count_memories",
     "example_memories",

@@ -79,6 +79,7 @@ from llama_index_recency.gate import (
 )
 from llama_index_recency.memory import memory_node
 from llama_index_recency.models import (
+    COHORT_POLICY,
     LLM_BASE_URL_ENV,
     MINILM_EMBEDDING,
     QWEN3_EMBEDDING,
@@ -297,6 +298,10 @@ def _parser() -> argparse.ArgumentParser:
                              help="with --fit-threshold: bonus decay (default 14)")
     calibration.add_argument("--top-k", type=int, default=8, help="candidates taken by raw cosine")
     _user_option(calibration, "without --questions: fit the gate on this user's memories")
+    calibration.add_argument("--relevance", choices=("cosine", "cohort"), default=None,
+                             help="without --questions: the units to fit the gate in (default: "
+                             "the store's policy's; cohort measured better on stores of raw "
+                             "conversation turns)")
     calibration.add_argument("--max-bring-up", type=_share, default=MAX_BRING_UP, metavar="SHARE",
                              help="without --questions: the share of off-topic questions the "
                              f"fitted gate may let in (default {MAX_BRING_UP:g})")
@@ -833,7 +838,8 @@ def _llm_reason(error: Exception, timeout: float | None) -> str:
 def _ranking_table(title: Text, ranking: RecencyRanking) -> Table:
     table = Table(title=title, title_justify="left", caption_justify="left")
     table.add_column("Memory", overflow="fold")
-    for column in ("Raw cosine", "Bonus", "Final"):
+    relevance = "Raw cosine" if ranking.relevance == "cosine" else "Relevance (sd)"
+    for column in (relevance, "Bonus", "Final"):
         table.add_column(column, justify="right")
     table.add_column("Verdict")
     for row in ranking.rows:
@@ -896,6 +902,9 @@ def _calibrate(args: argparse.Namespace, session: _Session) -> int:
     bundled = args.store is None and args.url is None
     if not bundled and args.questions is None:
         return _calibrate_gate(args, session)
+    if args.relevance is not None:
+        raise CommandError("--relevance fits a store's gate: give --store or --url without "
+                           "--questions")
     if not bundled and args.lang != "en":
         raise CommandError("--lang picks the bundled memories; a store is calibrated on "
                            "its own --questions")
@@ -944,6 +953,11 @@ def _calibrate_gate(args: argparse.Namespace, session: _Session) -> int:
     location = _Location.of(args, None)
     with session.store(args.model, location, writes=False) as index:
         base = index_policy(index, reference_date=args.today)
+        if args.relevance == "cohort" and base.relevance != "cohort":
+            base = base.model_copy(update=COHORT_POLICY)
+        elif args.relevance == "cosine" and base.relevance != "cosine":
+            raise CommandError("the store's policy is in cohort units; a cosine gate needs a "
+                               "cosine bonus: calibrate with --questions instead")
         with session.timings.stage(f"asking {len(offtopic_questions())} off-topic questions"):
             fit = calibrate_gate(index, base, max_bring_up=args.max_bring_up, user_id=args.user)
         session.console.print(_literal(fit.summary(base.threshold)))

@@ -343,3 +343,48 @@ def e5():
     from llama_index_recency.models import offline_embedding
 
     return offline_embedding()
+
+
+class PerturbedEmbedding(BaseEmbedding):
+    """Another machine's view of ``inner``: every component moved by ±``noise``, deterministically
+    per text (e5 cosines differ by ~1e-4 between CPUs), then renormalised."""
+
+    _inner: BaseEmbedding = PrivateAttr()
+    _noise: float = PrivateAttr()
+
+    def __init__(self, inner: BaseEmbedding, noise: float) -> None:
+        super().__init__(model_name=inner.model_name)
+        self._inner, self._noise = inner, noise
+
+    def _move(self, text: str, vector: list[float]) -> list[float]:
+        import hashlib
+
+        import numpy as np
+
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        signs = np.random.default_rng(seed).choice((-1.0, 1.0), size=len(vector))
+        moved = np.asarray(vector) + self._noise * signs
+        return (moved / np.linalg.norm(moved)).tolist()
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self._move("q:" + query, self._inner.get_query_embedding(query))
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._get_query_embedding(query)
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return self._move("p:" + text, self._inner.get_text_embedding(text))
+
+
+@pytest.fixture(scope="session")
+def e5_other_machine(e5):
+    """e5 as another CPU computes it: ±1e-4 on every component (see PerturbedEmbedding)."""
+    return PerturbedEmbedding(e5, 1e-4)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Embedded cohorts and banks are cached in a folder of this run, not the user's cache."""
+    import os
+
+    os.environ["RECENCY_CACHE_DIR"] = str(tmp_path_factory.mktemp("embedding-cache"))

