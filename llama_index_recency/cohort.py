@@ -15,6 +15,7 @@ so ranking by it (plus a bonus in the same units) keeps the exact search exact.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -37,12 +38,13 @@ COHORT_LANGUAGES = ("en", "ja")
 """The cohort's languages, one group of 300 sentences each, in this order."""
 
 
-def cohort_texts() -> list[str]:
+@functools.cache
+def cohort_texts() -> tuple[str, ...]:
     """The shipped cohort: memory-like fact sentences about fictional people, grouped by language."""
     data = json.loads(
         resources.files("llama_index_recency.data").joinpath("cohort.json").read_text("utf-8")
     )
-    return [f"2026-01-01: {text}" for lang in COHORT_LANGUAGES for text in data[lang]]
+    return tuple(f"2026-01-01: {text}" for lang in COHORT_LANGUAGES for text in data[lang])
 
 
 @dataclass(frozen=True)
@@ -110,12 +112,17 @@ user cache directory)."""
 
 _CACHE: dict[str, np.ndarray] = {}
 _CACHE_LOCK = threading.Lock()
+_COHORTS: dict[int, RelevanceCohort] = {}  # by the id of the cached vectors they normalise
 
 
 def relevance_cohort(embed_model: BaseEmbedding) -> RelevanceCohort:
     """The shipped cohort embedded with ``embed_model`` (once, see :func:`cached_embeddings`)."""
     vectors = cached_embeddings(embed_model, cohort_texts(), query=False)
-    return RelevanceCohort(vectors, embed_model.model_name, groups=len(COHORT_LANGUAGES))
+    cohort = _COHORTS.get(id(vectors))
+    if cohort is None:
+        cohort = RelevanceCohort(vectors, embed_model.model_name, groups=len(COHORT_LANGUAGES))
+        _COHORTS[id(vectors)] = cohort
+    return cohort
 
 
 def cached_embeddings(embed_model: BaseEmbedding, texts: Sequence[str], *, query: bool) -> np.ndarray:
