@@ -49,10 +49,18 @@ def insert_memories(index: VectorStoreIndex, nodes: Sequence[BaseNode]) -> None:
     """Store ``nodes`` and mark every memory they supersede with ``superseded_by``.
 
     A memory stored again keeps the links it already has (storing replaces a point's whole
-    payload), so rerunning a conversation never unlinks anything.
+    payload), so rerunning a conversation never unlinks anything. A memory superseding
+    another user's raises ValueError (:func:`check_link`) before anything is written.
     """
     with _LINKS:
-        stored = {node.node_id: node for node in get_memories(index, [n.node_id for n in nodes])}
+        older = {old_id for node in nodes for old_id in node.metadata.get(SUPERSEDES_KEY) or []}
+        stored = {node.node_id: node
+                  for node in get_memories(index, sorted({n.node_id for n in nodes} | older))}
+        known = {**stored, **{node.node_id: node for node in nodes}}
+        for node in nodes:
+            for old_id in node.metadata.get(SUPERSEDES_KEY) or []:
+                if old_id in known:
+                    check_link(node, known[old_id])
         for node in nodes:
             old = stored.get(node.node_id)
             for key in LINK_KEYS if old is not None else ():
@@ -66,6 +74,16 @@ def insert_memories(index: VectorStoreIndex, nodes: Sequence[BaseNode]) -> None:
             for old_id in node.metadata.get(SUPERSEDES_KEY) or []:
                 changes.setdefault(old_id, []).append((SUPERSEDED_BY_KEY, {node.node_id}, set()))
         _update_links(index, changes)
+
+
+def check_link(newer: BaseNode, older: BaseNode) -> None:
+    """Refuse ``newer`` superseding ``older`` unless both belong to the same user (or both to
+    none): a link across users would put one user's fact in place of another's."""
+    users = [node.metadata.get(USER_ID_KEY) for node in (newer, older)]
+    if users[0] != users[1]:
+        whose = ["no user" if user is None else f"user {user!r}" for user in users]
+        raise ValueError(f"memory {newer.node_id} of {whose[0]} may not supersede memory "
+                         f"{older.node_id} of {whose[1]}")
 
 
 def forget(

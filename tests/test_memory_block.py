@@ -156,6 +156,22 @@ async def test_two_users_never_see_each_others_memories() -> None:
         assert {n.node.node_id for n in found} == ids
 
 
+async def test_an_unscoped_block_on_a_store_of_several_users_warns_once(caplog) -> None:
+    index = coffee_index(users=("taro", "hanako"))
+    question = [ChatMessage(role="user", content=COFFEE)]
+    with caplog.at_level(logging.WARNING, logger="llama_index_recency"):
+        for user in ("taro", "hanako"):
+            await RecencyMemoryBlock(index=index, policy=POLICY, user_id=user).aget(question)
+        assert caplog.records == []
+        block = RecencyMemoryBlock(index=index, policy=POLICY)
+        await block.aget(question)
+        await block.aget(question)
+    (record,) = caplog.records
+    assert record.name.startswith("llama_index_recency.") and record.levelname == "WARNING"
+    assert ("QdrantRecencyRetriever without user_id met memories of several users ('hanako', "
+            "'taro')") in record.getMessage()
+
+
 FACTS = {"memories": [{"turn": 1, "kind": "preference", "fact": "The user likes green tea."}]}
 TALK = [ChatMessage(role="user", content="I like green tea."),
         ChatMessage(role="assistant", content="Noted!")]

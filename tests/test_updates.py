@@ -75,16 +75,38 @@ def test_a_passing_superseded_memory_brings_its_newest_successor_first(index) ->
     assert rows[BLACK.node_id] == f"kept; superseded by {TEA.node_id}"
 
 
-def test_successors_stay_inside_the_scope(index) -> None:
+def test_successors_stay_inside_the_scope(index, monkeypatch) -> None:
     leaked = memory_node("Hanako switched to tea.", "2026-09-09",
                          metadata={"user_id": "hanako", SUPERSEDES_KEY: [BLACK.node_id]})
     insert_memories(index, [fresh(n) for n in (BLACK, TRAINS, HANAKO)])
-    # A (wrong) cross-user link must not bring hanako's memory into taro's prompt.
+    # A cross-user link (as written before links were checked) must not bring hanako's
+    # memory into taro's prompt.
     leaked.embedding = [0.1] + [0.0] * len(RAWS)
     leaked.embedding[1] = (1 - 0.01) ** 0.5
+    monkeypatch.setattr("llama_index_recency.updates.check_link", lambda newer, older: None)
     insert_memories(index, [leaked])
     _, found = retrieve(index, user_id="taro")
     assert {n.node.metadata["user_id"] for n in found} == {"taro"}
+
+
+def test_a_memory_never_supersedes_another_users(index) -> None:
+    insert_memories(index, [fresh(n) for n in (BLACK, TRAINS, HANAKO)])
+    hanakos = memory_node("Hanako switched to tea.", "2026-09-09",
+                          metadata={"user_id": "hanako", SUPERSEDES_KEY: [BLACK.node_id]})
+    unscoped = memory_node("The user switched to tea.", "2026-09-09",
+                           supersedes=[HANAKO.node_id])
+    for node, message in ((hanakos, f"of user 'hanako' may not supersede memory "
+                                    f"{BLACK.node_id} of user 'taro'"),
+                          (unscoped, f"of no user may not supersede memory "
+                                     f"{HANAKO.node_id} of user 'hanako'")):
+        node.embedding = [0.1] + [0.0] * len(RAWS)
+        node.embedding[1] = (1 - 0.01) ** 0.5
+        with pytest.raises(ValueError, match=f"^memory {node.node_id} {message}$"):
+            insert_memories(index, [node])
+    assert count_memories(index) == 3  # nothing written, no back link either
+    assert not any(SUPERSEDED_BY_KEY in n.metadata for n in get_memories(index))
+    insert_memories(index, [fresh(LATTE)])  # within one user: linked
+    assert get_memories(index, [BLACK.node_id])[0].metadata[SUPERSEDED_BY_KEY] == [LATTE.node_id]
 
 
 def test_forget_by_id_by_user_and_by_date_keeps_links_consistent(index) -> None:
