@@ -194,6 +194,16 @@ async def test_flushed_messages_are_written_in_the_background_under_the_user(ope
     assert stored.metadata["user_id"] == "hanako"
 
 
+async def test_writes_are_dated_by_the_policys_reference_date(openai_server) -> None:
+    openai_server.reply = ToolCall("record_memories", FACTS)
+    index = tea_index()
+    block = RecencyMemoryBlock(index=index, policy=POLICY, llm=extraction_llm(openai_server),
+                               background=False)
+    await block.aput(TALK)
+    (stored,) = get_memories(index)
+    assert stored.get_content() == f"{TODAY}: The user likes green tea."  # the day it reads on
+
+
 async def test_a_failed_extraction_keeps_the_messages_and_retries(openai_server, caplog) -> None:
     openai_server.faults = [500, 500]
     openai_server.reply = ToolCall("record_memories", FACTS)
