@@ -77,7 +77,7 @@ from llama_index_recency.gate import (
     check_gate,
     offtopic_questions,
 )
-from llama_index_recency.memory import memory_node
+from llama_index_recency.memory import USER_ID_KEY, control_character, memory_node
 from llama_index_recency.models import (
     LLM_BASE_URL_ENV,
     MINILM_EMBEDDING,
@@ -413,8 +413,7 @@ def _lang_option(parser: argparse.ArgumentParser, choices: Sequence[str], note: 
 
 
 def _user_option(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--user", type=_non_blank("user"), default=None, metavar="USER_ID",
-                        help=what)
+    parser.add_argument("--user", type=_user_id, default=None, metavar="USER_ID", help=what)
 
 
 def _ranking_options(parser: argparse.ArgumentParser) -> None:
@@ -479,6 +478,15 @@ def _non_blank(what: str) -> Any:
         return value
 
     return check
+
+
+def _user_id(value: str) -> str:
+    """A user id as typed, without surrounding spaces ("alice " is alice); one printable line."""
+    bad = control_character(value)
+    if bad is not None:
+        raise argparse.ArgumentTypeError(f"the user {value!r} contains the control character "
+                                         f"{bad!r}; a user id is one line of printable text")
+    return _non_blank("user")(value).strip()
 
 
 def _grid_point(value: str) -> tuple[float, float]:
@@ -1107,19 +1115,29 @@ def _list(args: argparse.Namespace, session: _Session) -> int:
     if not nodes:
         session.console.print(_literal(f"no memories{whose} stored in {location}"))
         return 0
-    session.console.print(_memory_table(f"{len(nodes)} memories{whose} in {location}", nodes))
+    session.console.print(_memory_table(f"{_memories(len(nodes))}{whose} in {location}", nodes))
     return 0
 
 
+def _memories(count: int) -> str:
+    """``1 memory``, ``2 memories``."""
+    return f"{count} memor{'y' if count == 1 else 'ies'}"
+
+
 def _memory_table(title: str, nodes: Sequence[BaseNode]) -> Table:
-    """Memories oldest first: date, key, text and id, all shown literally."""
+    """Memories oldest first: date, user (when any has one), key, text and id, all shown
+    literally."""
     table = Table(title=_literal(title), title_justify="left")
+    users = any(node.metadata.get(USER_ID_KEY) is not None for node in nodes)
     table.add_column("Date")
+    if users:
+        table.add_column("User")
     table.add_column("Key")
     table.add_column("Memory", overflow="fold")
     table.add_column("Id", overflow="fold")
     for node in sorted(nodes, key=lambda n: str(n.metadata.get("date", ""))):
-        table.add_row(_literal(str(node.metadata.get("date", ""))),
+        user = [_literal(str(node.metadata.get(USER_ID_KEY) or ""))] if users else []
+        table.add_row(_literal(str(node.metadata.get("date", ""))), *user,
                       _literal(str(node.metadata.get(DEFAULT_KEY, ""))),
                       _literal(node.get_content()), node.node_id)
     return table
@@ -1140,7 +1158,7 @@ def _forget(args: argparse.Namespace, session: _Session) -> int:
         if not chosen:
             session.console.print(_literal(f"no memory in {location} matches; nothing deleted"))
             return 0
-        session.console.print(_memory_table(f"{len(chosen)} memories to forget in {location}",
+        session.console.print(_memory_table(f"{_memories(len(chosen))} to forget in {location}",
                                             chosen))
         if not args.yes and not _confirmed(f"Delete these {len(chosen)} memories for good?"):
             session.console.print("nothing deleted")
@@ -1238,6 +1256,10 @@ def _file_memory(item: Any, where: str, user_name: str | None, user_id: str | No
 
 def _memory(fact: str, day: date | str, key: str | None, user_name: str | None,
             user_id: str | None, where: str) -> TextNode:
+    bad = control_character(fact)
+    if bad is not None:
+        raise CommandError(f"{where}: the fact contains the control character {bad!r}; a fact "
+                           "is one line of printable text")
     try:
         return memory_node(fact, day, user_name=user_name, user_id=user_id,
                            metadata={DEFAULT_KEY: key} if key else None)

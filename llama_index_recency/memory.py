@@ -80,14 +80,20 @@ def memory_id(fact: str, memory_date: str, user_id: Optional[str] = None) -> str
     return str(uuid.uuid5(MEMORY_NAMESPACE, key))
 
 
+def control_character(text: str) -> Optional[str]:
+    """The first control or line/paragraph separator character in ``text``; None for one
+    line of printable text."""
+    return next((c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+
+
 def check_user_name(user_name: str) -> str:
     """Return ``user_name`` if it can stand in a memory: non-blank, no control characters."""
     if not user_name.strip():
         raise ValueError(f"user_name {user_name!r} is blank")
-    bad = [c for c in user_name if unicodedata.category(c) in ("Cc", "Zl", "Zp")]
-    if bad:
+    bad = control_character(user_name)
+    if bad is not None:
         raise ValueError(
-            f"user_name {user_name!r} contains the control character {bad[0]!r}; "
+            f"user_name {user_name!r} contains the control character {bad!r}; "
             "a name is one line of printable text"
         )
     return user_name
