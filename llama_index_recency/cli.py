@@ -21,6 +21,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -95,6 +96,7 @@ from llama_index_recency.store import (
     DEFAULT_COLLECTION,
     MemoryStoreLockedError,
     MemoryStoreNotFoundError,
+    MemoryStoreUnreachableError,
     check_memory_store,
     close_memory_index,
     count_memories,
@@ -139,6 +141,9 @@ def main(argv: Sequence[str] | None = None, *, embed_model: BaseEmbedding | None
     exit; set ``RECENCY_DEBUG=1`` to see the traceback of an unexpected one.
     """
     session = _Session(Console(), Console(stderr=True, soft_wrap=True), embed_model)
+    # qdrant-client's version check (in a thread) warns about a server that does not answer;
+    # the error line names it already.
+    warnings.filterwarnings("ignore", message="Failed to obtain server version")
     try:
         args = _parser().parse_args(_checked_argv(sys.argv[1:] if argv is None else argv))
         return int(args.run(args, session) or 0)
@@ -174,7 +179,8 @@ def _describe(error: Exception) -> tuple[str, int]:
     if isinstance(error, CommandError):
         return str(error), error.code
     if isinstance(error, (MemoryStoreLockedError, MemoryStoreNotFoundError, EmbeddingMismatchError,
-                          MemoryWriteError, PartialWriteError, LLMError)):
+                          MemoryStoreUnreachableError, MemoryWriteError, PartialWriteError,
+                          LLMError)):
         return str(error), 1
     if isinstance(error, NotADirectoryError):
         return (f"{error.filename} is a file, not a memory store directory" if error.filename

@@ -483,6 +483,26 @@ def test_store_and_url_together_are_refused(tmp_path: Path, capsys) -> None:
     assert error_line(capsys.readouterr().err) == "error: give --store or --url, not both"
 
 
+@pytest.mark.parametrize("argv", [["list"], ["add", MEMORY[0]], ["ask", QUESTION],
+                                  ["forget", "--user", "taro", "--yes"]])
+def test_a_server_that_does_not_answer_is_one_line_naming_it(argv: list[str], closed_port_url,
+                                                             capsys) -> None:
+    url = closed_port_url.removesuffix("/v1")  # nothing listens there
+    assert main([*argv, "--url", url], embed_model=embedding_for(MEMORY)) == 1
+    assert error_line(capsys.readouterr().err) == (
+        f"error: cannot reach the Qdrant server at {url}: connection refused")
+
+
+def test_a_server_that_does_not_answer_is_the_only_line_on_stderr(closed_port_url) -> None:
+    """The real command: qdrant-client's version check (a thread) would warn on stderr too."""
+    url = closed_port_url.removesuffix("/v1")
+    result = subprocess.run([sys.executable, "-m", "llama_index_recency", "list", "--url", url],
+                            capture_output=True, env={**os.environ, "COLUMNS": "220"}, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.decode() == (
+        f"error: cannot reach the Qdrant server at {url}: connection refused\n")
+
+
 def test_a_read_only_store_is_one_line(capsys) -> None:
     """``list`` on a store the user may read but not write, in a forked child run as an
     unprivileged user when the tests run as root (root ignores file modes)."""
