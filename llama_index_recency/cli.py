@@ -990,6 +990,8 @@ def _report_calibration(session: _Session, sets: list[list[RetrievedCandidates]]
     """Print the fit (or the seed's pass) and return the adopted policy, if any; labelled
     calibration scores raw cosines, so its policies are in cosine units."""
     console = session.console
+    if args.questions is not None:
+        _check_targets(args.questions, sets, source)
     base = base.model_copy(update={"relevance": "cosine"})
     retrieved = [item.top(args.top_k) for retrieved_set in sets for item in retrieved_set]
     try:
@@ -1299,17 +1301,50 @@ def _select(
 
 
 def _load_questions(path: Path) -> list[ExampleQuestion]:
-    """Labelled questions from JSON: ``{"questions": [{"id", "text", "targets"}]}``."""
+    """Labelled questions from JSON: ``{"questions": [{"id", "text", "targets"}]}``, all
+    checked before any model loads, each problem naming the file and the question."""
     data = _read_json(path, "questions file")
-    try:
-        return [
-            ExampleQuestion(q["id"], q.get("kind") or ("hit" if q["targets"] else "hit_free"),
-                            q["text"], tuple(q["targets"]))
-            for q in data["questions"]
-        ]
-    except (KeyError, TypeError, AttributeError) as error:
-        raise CommandError(f'questions file {path}: expected {{"questions": [{{"id", "text", '
-                           f'"targets"}}]}} ({_reason(error)})') from None
+    if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
+        raise CommandError(f'questions file {path}: expected a JSON object with a "questions" '
+                           f"list, got {_json_kind(data)}")
+    if not data["questions"]:
+        raise CommandError(f'questions file {path}: the "questions" list is empty')
+    return [_question(item, path, number) for number, item in enumerate(data["questions"], 1)]
+
+
+def _question(item: Any, path: Path, number: int) -> ExampleQuestion:
+    """One question of a questions file, or a one-line error naming its id (else its number)."""
+    where = f"questions file {path}, question {number}"
+    if not isinstance(item, dict):
+        raise CommandError(f"{where}: expected an object, got {_json_kind(item)}")
+    for name, example in (("id", "H1"), ("text", "What do I drink?")):
+        if not isinstance(item.get(name), str) or not item[name].strip():
+            raise CommandError(f'{where}: "{name}" must be a non-empty string like '
+                               f'"{example}", got {_given(item, name)}')
+        where = f"questions file {path}, question {item['id']}"  # from now on, by its id
+    targets = item.get("targets")
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        raise CommandError(f'{where}: "targets" must be a list of memory keys or ids ([] for a '
+                           f"hit-free question), got {_given(item, 'targets')}")
+    return ExampleQuestion(item["id"], item.get("kind") or ("hit" if targets else "hit_free"),
+                           item["text"], tuple(targets))
+
+
+def _given(item: dict[str, Any], name: str) -> str:
+    """``item[name]`` as JSON for an error message, or "nothing" when it is absent."""
+    return json.dumps(item[name], ensure_ascii=False) if name in item else "nothing"
+
+
+def _check_targets(path: Path, sets: list[list[RetrievedCandidates]], source: str) -> None:
+    """Every target names a memory (by key, else id; each question's candidates are every
+    memory): a misspelt key would only fail its question, without ever being named."""
+    for retrieved in sets:
+        for item in retrieved:
+            names = {n.node.metadata.get(DEFAULT_KEY, n.node.node_id) for n in item.candidates}
+            for target in item.question.targets:
+                if target not in names:
+                    raise CommandError(f"questions file {path}, question {item.question.id}: "
+                                       f"target {target!r} names no memory in {source}")
 
 
 def _calibration_table(result: Calibration) -> Table:

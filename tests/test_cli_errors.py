@@ -408,6 +408,44 @@ def test_a_user_id_is_trimmed_and_list_shows_whose_memories(tmp_path: Path, caps
     assert sorted(rows) == [["2026-09-01", ""], ["2026-09-01", "alice"], ["2026-09-09", "bob"]]
 
 
+BAD_QUESTION_FILES = {
+    "no questions": ({"questions": []}, ': the "questions" list is empty'),
+    "not a list": ({"questions": {"H1": "Tea?"}},
+                   ': expected a JSON object with a "questions" list, got an object'),
+    "numeric text": ({"questions": [{"id": "N1", "text": 5, "targets": []}]},
+                     ', question N1: "text" must be a non-empty string like "What do I drink?", '
+                     "got 5"),
+    "no id": ({"questions": [{"id": "N1", "text": "Hi?", "targets": []}, {"text": "Hi?"}]},
+              ', question 2: "id" must be a non-empty string like "H1", got nothing'),
+    "targets a string": ({"questions": [{"id": "H1", "text": "Tea?", "targets": "tea"}]},
+                         ', question H1: "targets" must be a list of memory keys or ids ([] for a '
+                         'hit-free question), got "tea"'),
+}
+
+
+@pytest.mark.parametrize("questions, message", BAD_QUESTION_FILES.values(),
+                         ids=BAD_QUESTION_FILES)
+def test_a_bad_questions_file_is_one_line_naming_the_question(questions, message,
+                                                              tmp_path: Path, capsys) -> None:
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps(questions), "utf-8")
+    assert main(["calibrate", "--questions", str(path)]) == 2  # before any model loads
+    assert error_line(capsys.readouterr().err) == f"error: questions file {path}{message}"
+
+
+def test_a_target_naming_no_memory_is_named(store_with_a_memory, tmp_path: Path,
+                                            capsys) -> None:
+    store, embed = store_with_a_memory
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps({"questions": [
+        {"id": "H1", "text": QUESTION, "targets": ["coffee_black"]},
+        {"id": "N1", "text": "Any plans?", "targets": []}]}), "utf-8")
+    assert main(["calibrate", "--store", store, "--questions", str(path)], embed_model=embed) == 2
+    assert error_line(capsys.readouterr().err) == (
+        f"error: questions file {path}, question H1: target 'coffee_black' names no memory in "
+        f"{store}")
+
+
 def test_a_non_finite_ranking_option_is_one_line(store_with_a_memory, capsys) -> None:
     store, embed = store_with_a_memory
     assert main(["ask", QUESTION, "--store", store, "--weight", "nan"], embed_model=embed) == 2
