@@ -64,6 +64,7 @@ from llama_index_recency.scoring import (
 from llama_index_recency.store import (
     MemoryStoreLockedError,
     MemoryStoreNotFoundError,
+    MemoryStoreUnreachableError,
     Migration,
     close_memory_index,
     count_memories,
@@ -103,6 +104,7 @@ __all__ = [
     "MemoryResponseSynthesizer",
     "MemoryStoreLockedError",
     "MemoryStoreNotFoundError",
+    "MemoryStoreUnreachableError",
     "MemoryWriteError",
     "Migration",
     "PAST_POINTING_PATTERNS",

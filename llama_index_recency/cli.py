@@ -21,6 +21,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -77,7 +78,7 @@ from llama_index_recency.gate import (
     check_gate,
     offtopic_questions,
 )
-from llama_index_recency.memory import memory_node
+from llama_index_recency.memory import USER_ID_KEY, control_character, memory_node
 from llama_index_recency.models import (
     COHORT_POLICY,
     LLM_BASE_URL_ENV,
@@ -96,6 +97,7 @@ from llama_index_recency.store import (
     DEFAULT_COLLECTION,
     MemoryStoreLockedError,
     MemoryStoreNotFoundError,
+    MemoryStoreUnreachableError,
     check_memory_store,
     close_memory_index,
     count_memories,
@@ -140,6 +142,9 @@ def main(argv: Sequence[str] | None = None, *, embed_model: BaseEmbedding | None
     exit; set ``RECENCY_DEBUG=1`` to see the traceback of an unexpected one.
     """
     session = _Session(Console(), Console(stderr=True, soft_wrap=True), embed_model)
+    # qdrant-client's version check (in a thread) warns about a server that does not answer;
+    # the error line names it already.
+    warnings.filterwarnings("ignore", message="Failed to obtain server version")
     try:
         args = _parser().parse_args(_checked_argv(sys.argv[1:] if argv is None else argv))
         return int(args.run(args, session) or 0)
@@ -175,7 +180,8 @@ def _describe(error: Exception) -> tuple[str, int]:
     if isinstance(error, CommandError):
         return str(error), error.code
     if isinstance(error, (MemoryStoreLockedError, MemoryStoreNotFoundError, EmbeddingMismatchError,
-                          MemoryWriteError, PartialWriteError, LLMError)):
+                          MemoryStoreUnreachableError, MemoryWriteError, PartialWriteError,
+                          LLMError)):
         return str(error), 1
     if isinstance(error, NotADirectoryError):
         return (f"{error.filename} is a file, not a memory store directory" if error.filename
@@ -418,8 +424,7 @@ def _lang_option(parser: argparse.ArgumentParser, choices: Sequence[str], note: 
 
 
 def _user_option(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--user", type=_non_blank("user"), default=None, metavar="USER_ID",
-                        help=what)
+    parser.add_argument("--user", type=_user_id, default=None, metavar="USER_ID", help=what)
 
 
 def _ranking_options(parser: argparse.ArgumentParser) -> None:
@@ -484,6 +489,15 @@ def _non_blank(what: str) -> Any:
         return value
 
     return check
+
+
+def _user_id(value: str) -> str:
+    """A user id as typed, without surrounding spaces ("alice " is alice); one printable line."""
+    bad = control_character(value)
+    if bad is not None:
+        raise argparse.ArgumentTypeError(f"the user {value!r} contains the control character "
+                                         f"{bad!r}; a user id is one line of printable text")
+    return _non_blank("user")(value).strip()
 
 
 def _grid_point(value: str) -> tuple[float, float]:
@@ -990,6 +1004,8 @@ def _report_calibration(session: _Session, sets: list[list[RetrievedCandidates]]
     """Print the fit (or the seed's pass) and return the adopted policy, if any; labelled
     calibration scores raw cosines, so its policies are in cosine units."""
     console = session.console
+    if args.questions is not None:
+        _check_targets(args.questions, sets, source)
     base = base.model_copy(update={"relevance": "cosine"})
     retrieved = [item.top(args.top_k) for retrieved_set in sets for item in retrieved_set]
     try:
@@ -1121,19 +1137,29 @@ def _list(args: argparse.Namespace, session: _Session) -> int:
     if not nodes:
         session.console.print(_literal(f"no memories{whose} stored in {location}"))
         return 0
-    session.console.print(_memory_table(f"{len(nodes)} memories{whose} in {location}", nodes))
+    session.console.print(_memory_table(f"{_memories(len(nodes))}{whose} in {location}", nodes))
     return 0
 
 
+def _memories(count: int) -> str:
+    """``1 memory``, ``2 memories``."""
+    return f"{count} memor{'y' if count == 1 else 'ies'}"
+
+
 def _memory_table(title: str, nodes: Sequence[BaseNode]) -> Table:
-    """Memories oldest first: date, key, text and id, all shown literally."""
+    """Memories oldest first: date, user (when any has one), key, text and id, all shown
+    literally."""
     table = Table(title=_literal(title), title_justify="left")
+    users = any(node.metadata.get(USER_ID_KEY) is not None for node in nodes)
     table.add_column("Date")
+    if users:
+        table.add_column("User")
     table.add_column("Key")
     table.add_column("Memory", overflow="fold")
     table.add_column("Id", overflow="fold")
     for node in sorted(nodes, key=lambda n: str(n.metadata.get("date", ""))):
-        table.add_row(_literal(str(node.metadata.get("date", ""))),
+        user = [_literal(str(node.metadata.get(USER_ID_KEY) or ""))] if users else []
+        table.add_row(_literal(str(node.metadata.get("date", ""))), *user,
                       _literal(str(node.metadata.get(DEFAULT_KEY, ""))),
                       _literal(node.get_content()), node.node_id)
     return table
@@ -1154,7 +1180,7 @@ def _forget(args: argparse.Namespace, session: _Session) -> int:
         if not chosen:
             session.console.print(_literal(f"no memory in {location} matches; nothing deleted"))
             return 0
-        session.console.print(_memory_table(f"{len(chosen)} memories to forget in {location}",
+        session.console.print(_memory_table(f"{_memories(len(chosen))} to forget in {location}",
                                             chosen))
         if not args.yes and not _confirmed(f"Delete these {len(chosen)} memories for good?"):
             session.console.print("nothing deleted")
@@ -1252,6 +1278,10 @@ def _file_memory(item: Any, where: str, user_name: str | None, user_id: str | No
 
 def _memory(fact: str, day: date | str, key: str | None, user_name: str | None,
             user_id: str | None, where: str) -> TextNode:
+    bad = control_character(fact)
+    if bad is not None:
+        raise CommandError(f"{where}: the fact contains the control character {bad!r}; a fact "
+                           "is one line of printable text")
     try:
         return memory_node(fact, day, user_name=user_name, user_id=user_id,
                            metadata={DEFAULT_KEY: key} if key else None)
@@ -1285,17 +1315,50 @@ def _select(
 
 
 def _load_questions(path: Path) -> list[ExampleQuestion]:
-    """Labelled questions from JSON: ``{"questions": [{"id", "text", "targets"}]}``."""
+    """Labelled questions from JSON: ``{"questions": [{"id", "text", "targets"}]}``, all
+    checked before any model loads, each problem naming the file and the question."""
     data = _read_json(path, "questions file")
-    try:
-        return [
-            ExampleQuestion(q["id"], q.get("kind") or ("hit" if q["targets"] else "hit_free"),
-                            q["text"], tuple(q["targets"]))
-            for q in data["questions"]
-        ]
-    except (KeyError, TypeError, AttributeError) as error:
-        raise CommandError(f'questions file {path}: expected {{"questions": [{{"id", "text", '
-                           f'"targets"}}]}} ({_reason(error)})') from None
+    if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
+        raise CommandError(f'questions file {path}: expected a JSON object with a "questions" '
+                           f"list, got {_json_kind(data)}")
+    if not data["questions"]:
+        raise CommandError(f'questions file {path}: the "questions" list is empty')
+    return [_question(item, path, number) for number, item in enumerate(data["questions"], 1)]
+
+
+def _question(item: Any, path: Path, number: int) -> ExampleQuestion:
+    """One question of a questions file, or a one-line error naming its id (else its number)."""
+    where = f"questions file {path}, question {number}"
+    if not isinstance(item, dict):
+        raise CommandError(f"{where}: expected an object, got {_json_kind(item)}")
+    for name, example in (("id", "H1"), ("text", "What do I drink?")):
+        if not isinstance(item.get(name), str) or not item[name].strip():
+            raise CommandError(f'{where}: "{name}" must be a non-empty string like '
+                               f'"{example}", got {_given(item, name)}')
+        where = f"questions file {path}, question {item['id']}"  # from now on, by its id
+    targets = item.get("targets")
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        raise CommandError(f'{where}: "targets" must be a list of memory keys or ids ([] for a '
+                           f"hit-free question), got {_given(item, 'targets')}")
+    return ExampleQuestion(item["id"], item.get("kind") or ("hit" if targets else "hit_free"),
+                           item["text"], tuple(targets))
+
+
+def _given(item: dict[str, Any], name: str) -> str:
+    """``item[name]`` as JSON for an error message, or "nothing" when it is absent."""
+    return json.dumps(item[name], ensure_ascii=False) if name in item else "nothing"
+
+
+def _check_targets(path: Path, sets: list[list[RetrievedCandidates]], source: str) -> None:
+    """Every target names a memory (by key, else id; each question's candidates are every
+    memory): a misspelt key would only fail its question, without ever being named."""
+    for retrieved in sets:
+        for item in retrieved:
+            names = {n.node.metadata.get(DEFAULT_KEY, n.node.node_id) for n in item.candidates}
+            for target in item.question.targets:
+                if target not in names:
+                    raise CommandError(f"questions file {path}, question {item.question.id}: "
+                                       f"target {target!r} names no memory in {source}")
 
 
 def _calibration_table(result: Calibration) -> Table:

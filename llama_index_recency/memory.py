@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import unicodedata
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import date, datetime, timezone
 from typing import Any, Optional
 
-from llama_index.core.schema import TextNode
+from llama_index.core.schema import BaseNode, TextNode
 
 from llama_index_recency.scoring import parse_memory_date
+
+logger = logging.getLogger(__name__)
 
 # A fixed namespace makes memory ids reproducible across processes and machines.
 MEMORY_NAMESPACE = uuid.UUID("5b0f7c1e-8f53-4c54-9d0e-3a1f1d2c7e61")
@@ -45,6 +48,28 @@ SUPERSEDED_BY_KEY = "superseded_by"
 """Metadata key: ids of the later memories that update this one."""
 
 
+class SeveralUsersWarning:
+    """Warns once when a reader without ``user_id`` meets memories of several users: each
+    user's memories can then reach another's prompt or extraction (a scoped reader never warns)."""
+
+    def __init__(self, reader: str, *, scoped: bool = False) -> None:
+        self._reader = reader
+        self._warned = scoped
+
+    def check(self, nodes: Iterable[BaseNode]) -> None:
+        """Log the warning (the first time only) when ``nodes`` hold more than one user id."""
+        if self._warned:
+            return
+        users = sorted({str(user) for node in nodes
+                        if (user := node.metadata.get(USER_ID_KEY)) is not None})
+        if len(users) > 1:
+            self._warned = True
+            names = ", ".join([repr(user) for user in users[:3]] + ["..."] * (len(users) > 3))
+            logger.warning("%s without user_id met memories of several users (%s): one user's "
+                           "memories can reach another's; pass user_id= to scope it",
+                           self._reader, names)
+
+
 def memory_id(fact: str, memory_date: str, user_id: Optional[str] = None) -> str:
     """Deterministic id from (user,) date and fact, so storing the same memory twice overwrites it.
 
@@ -55,14 +80,20 @@ def memory_id(fact: str, memory_date: str, user_id: Optional[str] = None) -> str
     return str(uuid.uuid5(MEMORY_NAMESPACE, key))
 
 
+def control_character(text: str) -> Optional[str]:
+    """The first control or line/paragraph separator character in ``text``; None for one
+    line of printable text."""
+    return next((c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+
+
 def check_user_name(user_name: str) -> str:
     """Return ``user_name`` if it can stand in a memory: non-blank, no control characters."""
     if not user_name.strip():
         raise ValueError(f"user_name {user_name!r} is blank")
-    bad = [c for c in user_name if unicodedata.category(c) in ("Cc", "Zl", "Zp")]
-    if bad:
+    bad = control_character(user_name)
+    if bad is not None:
         raise ValueError(
-            f"user_name {user_name!r} contains the control character {bad[0]!r}; "
+            f"user_name {user_name!r} contains the control character {bad!r}; "
             "a name is one line of printable text"
         )
     return user_name

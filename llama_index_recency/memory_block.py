@@ -51,7 +51,8 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
     ``Memory`` never truncates it, and ``top_n`` keeps it small.
 
     Writing (when ``Memory`` flushes short-term messages, or :meth:`remember_session`):
-    with an ``llm``, facts are extracted and stored under ``user_id``. In background mode
+    with an ``llm``, facts are extracted and stored under ``user_id``, dated as the block
+    reads (the policy's reference date if set, else today). In background mode
     (the default) a worker thread does it so the turn never waits for the LLM; call
     :meth:`wait_for_writes` at session end. A failed extraction keeps its messages for a
     retry (logged once) instead of losing them.
@@ -126,13 +127,15 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
         if not found:
             return ""
         texts = [memory_text(n.node, self._policy.date_key) for n in found]
-        # "Today" as the writer dates memories: the policy's reference date if set, else the
-        # local calendar day.
-        reference = self._policy.reference_date
-        today = (date.today() if reference is None else self._policy.reference().date()).isoformat()
         return RETRIEVED_MEMORY_CONTEXT_TEMPLATE.format(
-            context_str=memory_context(texts), today=today
+            context_str=memory_context(texts), today=self._today().isoformat()
         ).strip()
+
+    def _today(self) -> date:
+        """The day memories are read and written on: the policy's reference date if set (so
+        what the block writes is dated as it reads), else the local calendar day."""
+        reference = self._policy.reference_date
+        return date.today() if reference is None else self._policy.reference().date()
 
     def _query(self, messages: List[ChatMessage]) -> str:
         user_texts = [m.content for m in messages if m.role == MessageRole.USER and m.content]
@@ -204,8 +207,8 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
         if not turns or self.llm is None:
             return []
         try:
-            stored = remember(turns, self.index, self.llm, user_name=self.user_name,
-                              user_id=self.user_id)
+            stored = remember(turns, self.index, self.llm, memory_date=self._today(),
+                              user_name=self.user_name, user_id=self.user_id)
         except Exception as error:  # noqa: BLE001 - whatever failed, the messages must survive
             with self._failed_lock:
                 first = not self._failed

@@ -30,7 +30,7 @@ from qdrant_client import models
 
 from llama_index_recency.cohort import QueryScale, relevance_cohort
 from llama_index_recency.filters import to_qdrant_filter
-from llama_index_recency.memory import USER_ID_KEY
+from llama_index_recency.memory import USER_ID_KEY, SeveralUsersWarning
 from llama_index_recency.past import points_to_past
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 from llama_index_recency.search import MemorySearch, SearchPlan, dated_filter, exact_recency_search
@@ -44,7 +44,8 @@ class QdrantRecencyRetriever(BaseRetriever):
     Returns what :class:`RecencyBonusPostprocessor` with the same ``policy`` would keep if
     it saw every memory in scope: at most ``top_n`` nodes with final score >=
     ``threshold``, each node's score its final score. ``filters`` and ``user_id`` scope
-    every search (they are applied inside the engine, never after).
+    every search (they are applied inside the engine, never after); without ``user_id``,
+    meeting memories of several users logs one warning.
     """
 
     def __init__(
@@ -63,6 +64,7 @@ class QdrantRecencyRetriever(BaseRetriever):
         self._embed_model = embed_model
         self._policy = policy or RecencyPolicy()
         self._filters = memory_scope(user_id=user_id, filters=filters)
+        self._several_users = SeveralUsersWarning(type(self).__name__, scoped=user_id is not None)
         self._ready = False
 
     @classmethod
@@ -155,7 +157,9 @@ class QdrantRecencyRetriever(BaseRetriever):
             search = next(plan)
             while True:
                 query, kwargs = self._translate(search, vector)
-                search = plan.send(_scored(self._vector_store.query(query, **kwargs), scale))
+                results = _scored(self._vector_store.query(query, **kwargs), scale)
+                self._several_users.check(n.node for n in results)
+                search = plan.send(results)
         except StopIteration as done:
             return done.value
 
@@ -166,8 +170,9 @@ class QdrantRecencyRetriever(BaseRetriever):
             search = next(plan)
             while True:
                 query, kwargs = self._translate(search, vector)
-                results = await self._vector_store.aquery(query, **kwargs)
-                search = plan.send(_scored(results, scale))
+                results = _scored(await self._vector_store.aquery(query, **kwargs), scale)
+                self._several_users.check(n.node for n in results)
+                search = plan.send(results)
         except StopIteration as done:
             return done.value
 

@@ -19,22 +19,26 @@ import asyncio
 import errno
 import logging
 import os
+import re
 import shutil
 import tempfile
 import warnings
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
+import httpx
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import AsyncQdrantClient, QdrantClient, models
+from qdrant_client.http.exceptions import ResponseHandlingException
 
 from llama_index_recency.edge import MemoryStoreLockedError, QdrantEdgeVectorStore
 from llama_index_recency.embeddings import EmbeddingMismatchError
@@ -65,6 +69,7 @@ __all__ = [
     "POLICY_METADATA_KEY",
     "MemoryStoreLockedError",
     "MemoryStoreNotFoundError",
+    "MemoryStoreUnreachableError",
     "Migration",
     "check_memory_store",
     "close_memory_index",
@@ -82,6 +87,10 @@ __all__ = [
 
 class MemoryStoreNotFoundError(FileNotFoundError):
     """A command that only reads was pointed at a path that holds no memory store."""
+
+
+class MemoryStoreUnreachableError(ConnectionError):
+    """The Qdrant server at a url did not answer (nothing listening, no route, a timeout)."""
 
 
 def open_memory_index(
@@ -108,7 +117,8 @@ def open_memory_index(
     The embedding's name (``embedding_name``, default ``embed_model.model_name``) and
     dimension (measured on one probe query) are recorded with the collection; a
     collection recorded with another raises :class:`EmbeddingMismatchError`. A store
-    open in another process raises :class:`MemoryStoreLockedError`.
+    open in another process raises :class:`MemoryStoreLockedError`, a server that does not
+    answer :class:`MemoryStoreUnreachableError`.
     """
     identity = {
         "model": embedding_name or embed_model.model_name,
@@ -125,7 +135,8 @@ def open_memory_index(
         )
     if client is None and aclient is None:
         client, aclient = qdrant_clients(path=path, url=url, api_key=api_key, use_async=use_async)
-    _check_embedding(_collection_calls(client, aclient), collection_name, identity)
+    with _reaching(url):
+        _check_embedding(_collection_calls(client, aclient), collection_name, identity)
     vector_store = QdrantVectorStore(
         collection_name=collection_name, client=client, aclient=aclient
     )
@@ -142,12 +153,15 @@ def open_memory_store(
     """An existing store's vector store, for reading and maintenance without an embedding model.
 
     Nothing is created: a path or server without the collection raises
-    :class:`MemoryStoreNotFoundError`. For listing, counting, forgetting and migrating.
+    :class:`MemoryStoreNotFoundError`, a server that does not answer
+    :class:`MemoryStoreUnreachableError`. For listing, counting, forgetting and migrating.
     """
     if url is not None:
         client, aclient = qdrant_clients(url=url, api_key=api_key)
         assert client is not None
-        if not client.collection_exists(collection_name):
+        with _reaching(url):
+            exists = client.collection_exists(collection_name)
+        if not exists:
             raise MemoryStoreNotFoundError(f"no collection {collection_name!r} at {url}")
         return QdrantVectorStore(collection_name=collection_name, client=client, aclient=aclient)
     if path is None:
@@ -560,6 +574,21 @@ def qdrant_clients(
         if "already accessed by another instance" not in str(error):
             raise
         raise _locked(Path(path or "")) from None
+
+
+@contextmanager
+def _reaching(url: Optional[str]) -> Iterator[None]:
+    """Calls to the server at ``url``: one that does not answer raises
+    :class:`MemoryStoreUnreachableError` naming it (qdrant-client wraps the network error)."""
+    try:
+        yield
+    except ResponseHandlingException as error:
+        if url is None or not isinstance(error.source, httpx.TransportError):
+            raise
+        reason = re.sub(r"^\[Errno -?\d+\] ", "", str(error.source)) or type(error.source).__name__
+        raise MemoryStoreUnreachableError(
+            f"cannot reach the Qdrant server at {url}: {reason[0].lower()}{reason[1:]}"
+        ) from error
 
 
 def _locked(path: Path) -> MemoryStoreLockedError:

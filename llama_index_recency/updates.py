@@ -49,10 +49,18 @@ def insert_memories(index: VectorStoreIndex, nodes: Sequence[BaseNode]) -> None:
     """Store ``nodes`` and mark every memory they supersede with ``superseded_by``.
 
     A memory stored again keeps the links it already has (storing replaces a point's whole
-    payload), so rerunning a conversation never unlinks anything.
+    payload), so rerunning a conversation never unlinks anything. A memory superseding
+    another user's raises ValueError (:func:`check_link`) before anything is written.
     """
     with _LINKS:
-        stored = {node.node_id: node for node in get_memories(index, [n.node_id for n in nodes])}
+        older = {old_id for node in nodes for old_id in node.metadata.get(SUPERSEDES_KEY) or []}
+        stored = {node.node_id: node
+                  for node in get_memories(index, sorted({n.node_id for n in nodes} | older))}
+        known = {**stored, **{node.node_id: node for node in nodes}}
+        for node in nodes:
+            for old_id in node.metadata.get(SUPERSEDES_KEY) or []:
+                if old_id in known:
+                    check_link(node, known[old_id])
         for node in nodes:
             old = stored.get(node.node_id)
             for key in LINK_KEYS if old is not None else ():
@@ -66,6 +74,16 @@ def insert_memories(index: VectorStoreIndex, nodes: Sequence[BaseNode]) -> None:
             for old_id in node.metadata.get(SUPERSEDES_KEY) or []:
                 changes.setdefault(old_id, []).append((SUPERSEDED_BY_KEY, {node.node_id}, set()))
         _update_links(index, changes)
+
+
+def check_link(newer: BaseNode, older: BaseNode) -> None:
+    """Refuse ``newer`` superseding ``older`` unless both belong to the same user (or both to
+    none): a link across users would put one user's fact in place of another's."""
+    users = [node.metadata.get(USER_ID_KEY) for node in (newer, older)]
+    if users[0] != users[1]:
+        whose = ["no user" if user is None else f"user {user!r}" for user in users]
+        raise ValueError(f"memory {newer.node_id} of {whose[0]} may not supersede memory "
+                         f"{older.node_id} of {whose[1]}")
 
 
 def forget(
@@ -163,11 +181,13 @@ def with_successors(
     and returns the ranking with successor rows ("successor of …") and the superseded
     rows' reason extended ("kept; superseded by …").
     """
+    kept_nodes = [kept.node for kept in ranking.nodes]
+    reached = yield from _successor_chains(kept_nodes, filters)
     successors: dict[str, NodeWithScore] = {}
-    for kept in ranking.nodes:
-        newest = yield from _newest_successor(kept.node, policy.date_key, filters)
+    for node in kept_nodes:
+        newest = _newest(node, reached[node.node_id], policy.date_key)
         if newest is not None:
-            successors[kept.node.node_id] = newest
+            successors[node.node_id] = newest
     if not successors:
         return ranking
     kept_ids = {n.node.node_id for n in ranking.nodes}
@@ -194,24 +214,45 @@ def with_successors(
     return RecencyRanking(rows=tuple(rows), nodes=tuple(nodes), relevance=ranking.relevance)
 
 
-def _newest_successor(
-    node: BaseNode, date_key: str, filters: Optional[MetadataFilters]
-) -> Generator[MemorySearch, Sequence[NodeWithScore], Optional[NodeWithScore]]:
-    """Follow ``superseded_by`` links from ``node``; the newest memory reached, scored."""
-    seen = {node.node_id}
-    frontier = sorted(set(node.metadata.get(SUPERSEDED_BY_KEY) or []) - seen)
-    found: list[NodeWithScore] = []
-    while frontier:
-        batch = yield MemorySearch(limit=len(frontier), filters=filters, ids=tuple(frontier))
-        seen.update(frontier)
-        found.extend(batch)
-        frontier = sorted(
-            {i for n in batch for i in n.node.metadata.get(SUPERSEDED_BY_KEY) or []} - seen
-        )
+def _successor_chains(
+    nodes: Sequence[BaseNode], filters: Optional[MetadataFilters]
+) -> Generator[MemorySearch, Sequence[NodeWithScore], dict[str, list[NodeWithScore]]]:
+    """Every memory reached from each of ``nodes`` by ``superseded_by`` links, scored, by node id.
+
+    The chains are walked together, one link level at a time: one ids search per level for
+    all of them, and no memory searched twice, so a long chain costs its depth in searches,
+    not its depth times the kept memories on it.
+    """
+    scored: dict[str, NodeWithScore] = {}
+    searched: set[str] = set()
+    seen = {node.node_id: {node.node_id} for node in nodes}
+    reached: dict[str, list[NodeWithScore]] = {node.node_id: [] for node in nodes}
+    frontiers = {node.node_id: set(node.metadata.get(SUPERSEDED_BY_KEY) or []) - {node.node_id}
+                 for node in nodes}
+    while any(frontiers.values()):
+        wanted = sorted(set().union(*frontiers.values()) - searched)
+        if wanted:
+            batch = yield MemorySearch(limit=len(wanted), filters=filters, ids=tuple(wanted))
+            searched.update(wanted)
+            scored.update((found.node.node_id, found) for found in batch)
+        for origin, frontier in frontiers.items():
+            seen[origin].update(frontier)
+            level = sorted((scored[link] for link in frontier if link in scored),
+                           key=lambda found: (-(found.score or 0.0), found.node.node_id))
+            reached[origin].extend(level)
+            frontiers[origin] = {link for found in level
+                                 for link in found.node.metadata.get(SUPERSEDED_BY_KEY) or []
+                                 } - seen[origin]
+    return reached
+
+
+def _newest(node: BaseNode, reached: Sequence[NodeWithScore], date_key: str
+            ) -> Optional[NodeWithScore]:
+    """The newest of the memories ``node`` leads to, if any is dated no earlier than it."""
     # A successor dated before the memory it updates (written with a past date) would
     # contradict "trust the newer date": only later ones count.
     since = _when(node, date_key)
-    dated = [(n, when) for n in found if (when := _when(n.node, date_key)) is not None
+    dated = [(n, when) for n in reached if (when := _when(n.node, date_key)) is not None
              and (since is None or when >= since)]
     return max(dated, key=lambda pair: pair[1])[0] if dated else None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -29,6 +30,7 @@ from llama_index.core.tools import FunctionTool
 
 from llama_index_recency.memory import (
     SUBJECT_PLACEHOLDERS,
+    SeveralUsersWarning,
     calendar_day,
     check_user_name,
     has_subject,
@@ -40,7 +42,7 @@ from llama_index_recency.prompts import (
     escape_memory_text,
     memory_text,
 )
-from llama_index_recency.updates import insert_memories, memory_scope
+from llama_index_recency.updates import check_link, insert_memories, memory_scope
 
 Role = Literal["user", "assistant"]
 
@@ -201,7 +203,8 @@ def extract_memories(
     that updates some of them gets their ids in ``supersedes``. Raises
     :class:`MemoryWriteError` when a call fails, an answer is not :class:`ExtractedMemories`,
     or any proposed fact is invalid (a non-user turn, no explicit subject, more than one
-    line, an instruction to the assistant, too long, an update of a memory not shown).
+    line, an instruction to the assistant, too long, an update of a memory not shown or of
+    another user's).
     """
     job = _Job.start(turns, memory_date, user_name, user_id, prompt)
     related = [_related(index, job, part) for part in job.parts]
@@ -287,12 +290,19 @@ def remember_transcript(
                     user_id=user_id)
 
 
+_UNSCOPED_WRITES: "weakref.WeakKeyDictionary[VectorStoreIndex, SeveralUsersWarning]" = (
+    weakref.WeakKeyDictionary())
+"""Per index, the warning for writes without ``user_id`` that show the LLM several users'
+memories: logged once per store, not once per conversation (a memory block writes often)."""
+
+
 def _related(index: Optional[VectorStoreIndex], job: "_Job", part: "_Part") -> list[BaseNode]:
     """The user's existing memories most similar to a part, for the LLM to mark updates."""
     if index is None:
         return []
     retriever = index.as_retriever(similarity_top_k=RELATED_MEMORIES, filters=memory_scope(user_id=job.user_id))
-    return [found.node for found in retriever.retrieve(job.related_query(part))]
+    found = retriever.retrieve(job.related_query(part))
+    return _shown(index, job, [node.node for node in found])
 
 
 async def _arelated(
@@ -301,7 +311,15 @@ async def _arelated(
     if index is None:
         return []
     retriever = index.as_retriever(similarity_top_k=RELATED_MEMORIES, filters=memory_scope(user_id=job.user_id))
-    return [found.node for found in await retriever.aretrieve(job.related_query(part))]
+    found = await retriever.aretrieve(job.related_query(part))
+    return _shown(index, job, [node.node for node in found])
+
+
+def _shown(index: VectorStoreIndex, job: "_Job", related: list[BaseNode]) -> list[BaseNode]:
+    """``related``, after the once-per-store warning when an unscoped write shows several users'."""
+    if job.user_id is None:
+        _UNSCOPED_WRITES.setdefault(index, SeveralUsersWarning("remember")).check(related)
+    return related
 
 
 # -- the steps shared by the sync and async paths ----------------------------------------
@@ -358,7 +376,7 @@ class _Job:
         problems = []
         nodes: dict[str, TextNode] = {}
         for part, answer, shown in zip(self.parts, answers, related, strict=True):
-            labels = {f"E{i}": node.node_id for i, node in enumerate(shown, start=1)}
+            labels = {f"E{i}": node for i, node in enumerate(shown, start=1)}
             for candidate in answer.memories:
                 try:
                     _check(candidate, part, self.turns, self.user_name)
@@ -367,8 +385,11 @@ class _Job:
                         raise ValueError(f"updates {unknown} name no existing memory shown")
                     node = memory_node(candidate.fact, self.day, user_name=self.user_name,
                                        user_id=self.user_id,
-                                       supersedes=[labels[label] for label in candidate.updates],
+                                       supersedes=[labels[label].node_id
+                                                   for label in candidate.updates],
                                        metadata={"kind": candidate.kind})
+                    for label in candidate.updates:
+                        check_link(node, labels[label])
                 except ValueError as problem:
                     problems.append(f"{_quoted(candidate.fact)}: {problem}")
                     continue

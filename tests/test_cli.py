@@ -288,7 +288,7 @@ def test_remember_stores_the_extracted_facts(openai_server, monkeypatch, tmp_pat
         f"{CAFE[1]}: {CAFE[0]}", f"stored 0 new memories, 1 already stored (1 in total) in {store}",
     ]
     assert main(["list", "--store", store, "--user", "taro"]) == 0
-    assert "1 memories of user taro in" in capsys.readouterr().out
+    assert "1 memory of user taro in" in capsys.readouterr().out
     assert main(["list", "--store", store, "--user", "hanako"]) == 0
     assert capsys.readouterr().out == f"no memories of user hanako stored in {store}\n"
 

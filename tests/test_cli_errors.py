@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import KnownCosineEmbedding
 
-from llama_index_recency import memory_node
+from llama_index_recency import close_memory_index, memory_node, open_memory_index
 from llama_index_recency.cli import main
 
 MEMORY = ("The user drinks coffee black.", "2026-09-01")
@@ -64,9 +64,13 @@ MARKUP_FACTS = (
 def test_markup_in_memories_and_replies_is_shown_verbatim(openai_server, monkeypatch,
                                                           tmp_path: Path, capsys) -> None:
     store, embed = str(tmp_path / "store"), embedding_for(*MARKUP_FACTS)
-    for fact, day in MARKUP_FACTS:
+    for fact, day in MARKUP_FACTS[:2]:
         assert main(["add", fact, "--date", day, "--key", "[red]k[/]", "--store", store],
                     embed_model=embed) == 0
+    # `add` refuses an escape sequence; a store written through the API may still hold one.
+    index = open_memory_index(embed, path=store)
+    index.insert_nodes([memory_node(*MARKUP_FACTS[2], metadata={"key": "[red]k[/]"})])
+    close_memory_index(index)
     assert main(["list", "--store", store]) == 0
     listed = capsys.readouterr().out
     monkeypatch.setenv("RECENCY_LLM_BASE_URL", openai_server.base_url)
@@ -353,6 +357,95 @@ def test_bad_calibration_and_scope_options_are_one_line(argv, message, capsys) -
     assert message in error_line(capsys.readouterr().err)
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["add", "The user likes tea.", "--user", "al\nice"],
+     "argument --user: the user 'al\\nice' contains the control character '\\n'; a user id is "
+     "one line of printable text"),
+    (["list", "--user", "bob\x1b[31m"],
+     "argument --user: the user 'bob\\x1b[31m' contains the control character '\\x1b'"),
+    (["add", "The user likes\x1b[31m tea.", "--date", "2026-09-01"],
+     "error: the memory: the fact contains the control character '\\x1b'; a fact is one line of "
+     "printable text"),
+    (["add", "The user likes\u2028tea."], "the fact contains the control character '\\u2028'"),
+])
+def test_control_characters_in_a_user_or_a_fact_are_refused(argv, message, tmp_path: Path,
+                                                            capsys) -> None:
+    store = tmp_path / "store"
+    assert main([*argv, "--store", str(store)]) == 2
+    assert message in error_line(capsys.readouterr().err)
+    assert not store.exists()
+
+
+def test_a_fact_with_a_control_character_in_a_memory_file_is_refused(tmp_path: Path,
+                                                                     capsys) -> None:
+    path, store = tmp_path / "memories.json", tmp_path / "store"
+    bell = {**GOOD_ITEM, "fact": "The user\x07 likes tea."}
+    path.write_text(json.dumps({"memories": [GOOD_ITEM, bell]}), "utf-8")
+    assert main(["add", "--file", str(path), "--store", str(store)]) == 2
+    assert error_line(capsys.readouterr().err) == (
+        f"error: memory file {path}, memory 2: the fact contains the control character '\\x07'; "
+        "a fact is one line of printable text")
+    assert not store.exists()
+
+
+def test_a_user_id_is_trimmed_and_list_shows_whose_memories(tmp_path: Path, capsys) -> None:
+    tea = ("The user likes green tea.", "2026-09-09")
+    store, embed = str(tmp_path / "store"), embedding_for(MEMORY, tea)
+    assert main(["add", MEMORY[0], "--date", MEMORY[1], "--store", store], embed_model=embed) == 0
+    assert main(["list", "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert f"1 memory in {store}" in out and "User" not in out  # no memory has a user
+    for fact, day, user in ((*MEMORY, "alice "), (*tea, " bob")):
+        assert main(["add", fact, "--date", day, "--store", store, "--user", user],
+                    embed_model=embed) == 0
+    assert main(["list", "--store", store, "--user", "alice"]) == 0
+    assert f"1 memory of user alice in {store}" in capsys.readouterr().out
+    assert main(["list", "--store", store]) == 0
+    out = capsys.readouterr().out
+    rows = [[cell.strip() for cell in line.split("│")[1:3]] for line in out.splitlines()
+            if "2026-09-0" in line]
+    assert f"3 memories in {store}" in out
+    assert sorted(rows) == [["2026-09-01", ""], ["2026-09-01", "alice"], ["2026-09-09", "bob"]]
+
+
+BAD_QUESTION_FILES = {
+    "no questions": ({"questions": []}, ': the "questions" list is empty'),
+    "not a list": ({"questions": {"H1": "Tea?"}},
+                   ': expected a JSON object with a "questions" list, got an object'),
+    "numeric text": ({"questions": [{"id": "N1", "text": 5, "targets": []}]},
+                     ', question N1: "text" must be a non-empty string like "What do I drink?", '
+                     "got 5"),
+    "no id": ({"questions": [{"id": "N1", "text": "Hi?", "targets": []}, {"text": "Hi?"}]},
+              ', question 2: "id" must be a non-empty string like "H1", got nothing'),
+    "targets a string": ({"questions": [{"id": "H1", "text": "Tea?", "targets": "tea"}]},
+                         ', question H1: "targets" must be a list of memory keys or ids ([] for a '
+                         'hit-free question), got "tea"'),
+}
+
+
+@pytest.mark.parametrize("questions, message", BAD_QUESTION_FILES.values(),
+                         ids=BAD_QUESTION_FILES)
+def test_a_bad_questions_file_is_one_line_naming_the_question(questions, message,
+                                                              tmp_path: Path, capsys) -> None:
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps(questions), "utf-8")
+    assert main(["calibrate", "--questions", str(path)]) == 2  # before any model loads
+    assert error_line(capsys.readouterr().err) == f"error: questions file {path}{message}"
+
+
+def test_a_target_naming_no_memory_is_named(store_with_a_memory, tmp_path: Path,
+                                            capsys) -> None:
+    store, embed = store_with_a_memory
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps({"questions": [
+        {"id": "H1", "text": QUESTION, "targets": ["coffee_black"]},
+        {"id": "N1", "text": "Any plans?", "targets": []}]}), "utf-8")
+    assert main(["calibrate", "--store", store, "--questions", str(path)], embed_model=embed) == 2
+    assert error_line(capsys.readouterr().err) == (
+        f"error: questions file {path}, question H1: target 'coffee_black' names no memory in "
+        f"{store}")
+
+
 def test_a_non_finite_ranking_option_is_one_line(store_with_a_memory, capsys) -> None:
     store, embed = store_with_a_memory
     assert main(["ask", QUESTION, "--store", store, "--weight", "nan"], embed_model=embed) == 2
@@ -426,6 +519,26 @@ def test_store_and_url_together_are_refused(tmp_path: Path, capsys) -> None:
     argv = ["list", "--store", str(tmp_path), "--url", "http://127.0.0.1:6333"]
     assert main(argv) == 2
     assert error_line(capsys.readouterr().err) == "error: give --store or --url, not both"
+
+
+@pytest.mark.parametrize("argv", [["list"], ["add", MEMORY[0]], ["ask", QUESTION],
+                                  ["forget", "--user", "taro", "--yes"]])
+def test_a_server_that_does_not_answer_is_one_line_naming_it(argv: list[str], closed_port_url,
+                                                             capsys) -> None:
+    url = closed_port_url.removesuffix("/v1")  # nothing listens there
+    assert main([*argv, "--url", url], embed_model=embedding_for(MEMORY)) == 1
+    assert error_line(capsys.readouterr().err) == (
+        f"error: cannot reach the Qdrant server at {url}: connection refused")
+
+
+def test_a_server_that_does_not_answer_is_the_only_line_on_stderr(closed_port_url) -> None:
+    """The real command: qdrant-client's version check (a thread) would warn on stderr too."""
+    url = closed_port_url.removesuffix("/v1")
+    result = subprocess.run([sys.executable, "-m", "llama_index_recency", "list", "--url", url],
+                            capture_output=True, env={**os.environ, "COLUMNS": "220"}, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.decode() == (
+        f"error: cannot reach the Qdrant server at {url}: connection refused\n")
 
 
 def test_a_read_only_store_is_one_line(capsys) -> None:

@@ -156,6 +156,22 @@ async def test_two_users_never_see_each_others_memories() -> None:
         assert {n.node.node_id for n in found} == ids
 
 
+async def test_an_unscoped_block_on_a_store_of_several_users_warns_once(caplog) -> None:
+    index = coffee_index(users=("taro", "hanako"))
+    question = [ChatMessage(role="user", content=COFFEE)]
+    with caplog.at_level(logging.WARNING, logger="llama_index_recency"):
+        for user in ("taro", "hanako"):
+            await RecencyMemoryBlock(index=index, policy=POLICY, user_id=user).aget(question)
+        assert caplog.records == []
+        block = RecencyMemoryBlock(index=index, policy=POLICY)
+        await block.aget(question)
+        await block.aget(question)
+    (record,) = caplog.records
+    assert record.name.startswith("llama_index_recency.") and record.levelname == "WARNING"
+    assert ("QdrantRecencyRetriever without user_id met memories of several users ('hanako', "
+            "'taro')") in record.getMessage()
+
+
 FACTS = {"memories": [{"turn": 1, "kind": "preference", "fact": "The user likes green tea."}]}
 TALK = [ChatMessage(role="user", content="I like green tea."),
         ChatMessage(role="assistant", content="Noted!")]
@@ -176,6 +192,16 @@ async def test_flushed_messages_are_written_in_the_background_under_the_user(ope
     (stored,) = get_memories(index)
     assert stored.get_content() == f"{date.today().isoformat()}: Hanako likes green tea."
     assert stored.metadata["user_id"] == "hanako"
+
+
+async def test_writes_are_dated_by_the_policys_reference_date(openai_server) -> None:
+    openai_server.reply = ToolCall("record_memories", FACTS)
+    index = tea_index()
+    block = RecencyMemoryBlock(index=index, policy=POLICY, llm=extraction_llm(openai_server),
+                               background=False)
+    await block.aput(TALK)
+    (stored,) = get_memories(index)
+    assert stored.get_content() == f"{TODAY}: The user likes green tea."  # the day it reads on
 
 
 async def test_a_failed_extraction_keeps_the_messages_and_retries(openai_server, caplog) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
@@ -35,15 +36,22 @@ HANAKO = memory_node("Hanako drinks coffee black.", "2026-05-20", metadata={"use
 RAWS = [(BLACK, 0.60), (LATTE, 0.30), (TEA, 0.20), (TRAINS, 0.46), (HANAKO, 0.59)]
 
 
-@pytest.fixture(params=["edge", "qdrant-client"])
-def index(request: pytest.FixtureRequest, tmp_path: Path):
-    embed = KnownCosineEmbedding(cosines_for([n for n, _ in RAWS], [raw for _, raw in RAWS]))
-    if request.param == "qdrant-client":
+ENGINES = ["edge", "qdrant-client"]
+
+
+def open_index(engine: str, path: Path, embed: KnownCosineEmbedding):
+    if engine == "qdrant-client":
         from qdrant_client import QdrantClient
 
-        QdrantClient(path=str(tmp_path)).close()  # a 0.1.0-style local-mode directory
-        assert is_local_mode_store(tmp_path)
-    return open_memory_index(embed, path=tmp_path)
+        QdrantClient(path=str(path)).close()  # a 0.1.0-style local-mode directory
+        assert is_local_mode_store(path)
+    return open_memory_index(embed, path=path)
+
+
+@pytest.fixture(params=ENGINES)
+def index(request: pytest.FixtureRequest, tmp_path: Path):
+    embed = KnownCosineEmbedding(cosines_for([n for n, _ in RAWS], [raw for _, raw in RAWS]))
+    return open_index(request.param, tmp_path, embed)
 
 
 def fresh(node):
@@ -75,16 +83,38 @@ def test_a_passing_superseded_memory_brings_its_newest_successor_first(index) ->
     assert rows[BLACK.node_id] == f"kept; superseded by {TEA.node_id}"
 
 
-def test_successors_stay_inside_the_scope(index) -> None:
+def test_successors_stay_inside_the_scope(index, monkeypatch) -> None:
     leaked = memory_node("Hanako switched to tea.", "2026-09-09",
                          metadata={"user_id": "hanako", SUPERSEDES_KEY: [BLACK.node_id]})
     insert_memories(index, [fresh(n) for n in (BLACK, TRAINS, HANAKO)])
-    # A (wrong) cross-user link must not bring hanako's memory into taro's prompt.
+    # A cross-user link (as written before links were checked) must not bring hanako's
+    # memory into taro's prompt.
     leaked.embedding = [0.1] + [0.0] * len(RAWS)
     leaked.embedding[1] = (1 - 0.01) ** 0.5
+    monkeypatch.setattr("llama_index_recency.updates.check_link", lambda newer, older: None)
     insert_memories(index, [leaked])
     _, found = retrieve(index, user_id="taro")
     assert {n.node.metadata["user_id"] for n in found} == {"taro"}
+
+
+def test_a_memory_never_supersedes_another_users(index) -> None:
+    insert_memories(index, [fresh(n) for n in (BLACK, TRAINS, HANAKO)])
+    hanakos = memory_node("Hanako switched to tea.", "2026-09-09",
+                          metadata={"user_id": "hanako", SUPERSEDES_KEY: [BLACK.node_id]})
+    unscoped = memory_node("The user switched to tea.", "2026-09-09",
+                           supersedes=[HANAKO.node_id])
+    for node, message in ((hanakos, f"of user 'hanako' may not supersede memory "
+                                    f"{BLACK.node_id} of user 'taro'"),
+                          (unscoped, f"of no user may not supersede memory "
+                                     f"{HANAKO.node_id} of user 'hanako'")):
+        node.embedding = [0.1] + [0.0] * len(RAWS)
+        node.embedding[1] = (1 - 0.01) ** 0.5
+        with pytest.raises(ValueError, match=f"^memory {node.node_id} {message}$"):
+            insert_memories(index, [node])
+    assert count_memories(index) == 3  # nothing written, no back link either
+    assert not any(SUPERSEDED_BY_KEY in n.metadata for n in get_memories(index))
+    insert_memories(index, [fresh(LATTE)])  # within one user: linked
+    assert get_memories(index, [BLACK.node_id])[0].metadata[SUPERSEDED_BY_KEY] == [LATTE.node_id]
 
 
 def test_forget_by_id_by_user_and_by_date_keeps_links_consistent(index) -> None:
@@ -153,3 +183,29 @@ def test_a_successor_dated_before_the_memory_it_updates_is_not_brought_in(index)
     insert_memories(index, [backdated])
     _, found = retrieve(index, user_id="taro")
     assert backdated.node_id not in [n.node.node_id for n in found]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_long_successor_chain_costs_one_search_per_link_level(engine: str, tmp_path: Path,
+                                                                monkeypatch) -> None:
+    """Three kept memories at the head of a 200-link chain share one ids search per level."""
+    chain = []
+    for i in range(201):  # m0 → m1 → ... → m200, one day apart; m0-m2 pass, the rest do not
+        day = (date(2026, 2, 1) + timedelta(days=i)).isoformat()
+        chain.append(memory_node(f"Taro's coffee, version {i}.", day, user_id="taro",
+                                 supersedes=[chain[-1].node_id] if chain else None))
+    raws = [0.60, 0.59, 0.58] + [0.20] * 198
+    index = open_index(engine, tmp_path, KnownCosineEmbedding(cosines_for(chain, raws)))
+    insert_memories(index, chain)
+    searches = []
+    store_class = type(index.vector_store)
+    original = store_class.query
+    monkeypatch.setattr(store_class, "query",
+                        lambda store, *args, **kwargs: searches.append(1) or original(
+                            store, *args, **kwargs))
+    retriever, found = retrieve(index, user_id="taro")
+    head, newest = [node.node_id for node in chain[:3]], chain[-1].node_id
+    assert [n.node.node_id for n in found] == [newest, *head]
+    assert len(searches) <= 200 + 5  # the chain's depth, plus the exact search's few
+    rows = {row.node_id: row.reason for row in retriever.explain(QUERY).rows}
+    assert [rows[i] for i in head] == [f"kept; superseded by {newest}"] * 3

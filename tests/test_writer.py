@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from datetime import date
 
@@ -486,6 +487,33 @@ def test_an_update_of_a_memory_not_shown_is_refused(openai_server, llm) -> None:
         remember(parse_transcript(TRANSCRIPT)[:2], index, llm, memory_date=DAY, user_id="taro",
                  user_name="Taro")
     assert count_memories(index) == 2
+
+
+def test_an_unscoped_write_on_a_store_of_several_users_warns_once_per_store(openai_server, llm,
+                                                                           caplog) -> None:
+    index, talk = updates_index(), parse_transcript(TRANSCRIPT)[:2]
+    openai_server.reply = reply()
+    with caplog.at_level(logging.WARNING, logger="llama_index_recency"):
+        remember(talk, index, llm, memory_date=DAY, user_id="taro")
+        assert caplog.records == []
+        remember(talk, index, llm, memory_date=DAY)
+        remember(talk, index, llm, memory_date=DAY)
+    (record,) = caplog.records
+    assert record.name.startswith("llama_index_recency.")
+    assert ("remember without user_id met memories of several users ('hanako', 'taro')"
+            in record.getMessage())
+
+
+def test_a_fact_may_not_update_another_users_memory(openai_server, llm) -> None:
+    index = updates_index()
+    black = next(n for n in get_memories(index) if n.metadata["user_id"] == "taro")
+    openai_server.reply = json.dumps({"memories": [
+        {"turn": 1, "kind": "habit_change", "fact": CAFE, "updates": ["E1", "E2"]}]})
+    with pytest.raises(MemoryWriteError, match=f"of no user may not supersede memory "
+                                               f"[0-9a-f-]+ of user '(taro|hanako)'"):
+        remember(parse_transcript(TRANSCRIPT)[:2], index, llm, memory_date=DAY, user_name="Taro")
+    assert count_memories(index) == 2
+    assert "superseded_by" not in get_memories(index, [black.node_id])[0].metadata
 
 
 def test_existing_memories_are_escaped_as_the_memory_block_escapes_them(openai_server,
