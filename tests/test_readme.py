@@ -7,6 +7,7 @@ commands (make demo, make test) are what CI itself runs, so they are not repeate
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from importlib import resources
@@ -70,6 +71,10 @@ def test_python_snippets_run_in_order(readme_env: OpenAIServer) -> None:
         except Exception as error:  # name the block that broke
             raise AssertionError(f"README python block {number} failed: {error!r}\n{code}") from error
     assert readme_env.rejected == []
+    # The agent example's turn carries the memory block (its policy fixes "today").
+    agent_turns = [json.dumps(r, ensure_ascii=False) for r in readme_env.requests
+                   if "Taro's desk companion" in json.dumps(r, ensure_ascii=False)]
+    assert agent_turns and all("<retrieved_memory>" in turn for turn in agent_turns)
 
 
 def test_cli_lines_run(readme_env: OpenAIServer, capsys: pytest.CaptureFixture[str]) -> None:
