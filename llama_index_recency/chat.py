@@ -211,7 +211,7 @@ class RecencyChatEngine(ContextChatEngine):
         self._today = _memory_day(today)
 
     @classmethod
-    def from_defaults(
+    def from_defaults(  # type: ignore[override]  # adds today=
         cls, retriever: Any, today: TodayLike = None, **kwargs: Any
     ) -> "RecencyChatEngine":
         day = _memory_day(today)
@@ -219,12 +219,13 @@ class RecencyChatEngine(ContextChatEngine):
             kwargs.get("context_template") or RETRIEVED_MEMORY_CONTEXT_TEMPLATE
         )
         engine = super().from_defaults(retriever, **kwargs)
+        assert isinstance(engine, RecencyChatEngine)
         engine._today = day
-        return engine  # type: ignore[return-value]
+        return engine
 
-    def _get_response_synthesizer(
+    def _get_response_synthesizer(  # type: ignore[override]  # a one-call synthesizer
         self, chat_history: List[ChatMessage], streaming: bool = False
-    ) -> BaseSynthesizer:  # type: ignore[override]
+    ) -> BaseSynthesizer:
         stock = super()._get_response_synthesizer(chat_history, streaming)
         return MemoryResponseSynthesizer(
             llm=self._llm,

@@ -94,7 +94,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
     ) -> None:
         if dimensions is not None and dimensions < 1:
             raise ValueError(f"dimensions must be a positive vector size, got {dimensions!r}")
-        super().__init__(path=os.fspath(path), dimensions=dimensions, date_key=date_key)
+        super().__init__(path=os.fspath(path), dimensions=dimensions, date_key=date_key,
+                         stores_text=True)
         self._metadata = _read_metadata(self._metadata_path)
         if not os.path.exists(os.path.join(self.path, _EDGE_CONFIG_FILE)):
             _refuse_foreign_directory(self.path)
@@ -146,7 +147,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
                              f"filters={filters!r}; clear() deletes everything")
         shard = self._require_open()
         selection = self._selection(node_ids, filters)
-        if shard is not None and node_ids != []:
+        if shard is not None and selection is not None and node_ids != []:
             shard.update(edge.UpdateOperation.delete_points_by_filter(selection))
 
     def get_nodes(
@@ -352,6 +353,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         if not points:
             return
         shard = self._shard or self._open(len(points[0][1]))
+        assert shard is not None  # _open with a size creates the shard
         for point_id, vector, _ in points:
             if len(vector) != self.dimensions:
                 raise ValueError(

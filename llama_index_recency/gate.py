@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Optional
@@ -102,7 +102,7 @@ def noise_margin(policy: RecencyPolicy) -> float:
 
 
 def fit_gate(
-    best: dict[str, Sequence[float]],
+    best: Mapping[str, Sequence[float]],
     max_bring_up: float = MAX_BRING_UP,
     margin: float = NOISE_MARGIN,
 ) -> GateFit:

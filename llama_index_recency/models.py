@@ -148,9 +148,9 @@ def openai_like_llm(
             required = tool_choice == "required" or (tool_required and tool_choice is None)
             if len(tools) == 1 and required:
                 tool_choice = tools[0].metadata.get_name()
-            return super()._prepare_chat_with_tools(
-                tools, *args, tool_required=tool_required, tool_choice=tool_choice, **kwargs
-            )
+            prepare = super()._prepare_chat_with_tools
+            return prepare(tools, *args, tool_required=tool_required,  # type: ignore[misc]
+                           tool_choice=tool_choice, **kwargs)
 
     return _QwenOpenAILike(
         model=model or os.environ.get(LLM_MODEL_ENV, DEFAULT_LLM_MODEL),

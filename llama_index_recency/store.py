@@ -267,10 +267,19 @@ def _check_local_mode_lock(root: Path) -> None:
 MemoryStore = Union[VectorStoreIndex, BasePydanticVectorStore]
 """A memory index (open_memory_index) or its vector store (open_memory_store)."""
 
+MemoryVectorStore = Union[QdrantEdgeVectorStore, QdrantVectorStore]
+"""The vector stores memories live in: Qdrant Edge, or Qdrant through qdrant-client."""
 
-def vector_store_of(memories: MemoryStore) -> BasePydanticVectorStore:
-    """The vector store of an index, or the store itself."""
-    return memories.vector_store if isinstance(memories, VectorStoreIndex) else memories
+
+def vector_store_of(memories: MemoryStore) -> MemoryVectorStore:
+    """The vector store of an index, or the store itself; one of another kind is refused."""
+    store = memories.vector_store if isinstance(memories, VectorStoreIndex) else memories
+    if not isinstance(store, (QdrantEdgeVectorStore, QdrantVectorStore)):
+        raise TypeError(
+            f"memories live in Qdrant Edge or Qdrant (QdrantEdgeVectorStore, QdrantVectorStore; "
+            f"see open_memory_index), not in a {type(store).__name__}"
+        )
+    return store
 
 
 def count_memories(index: MemoryStore) -> int:
@@ -293,7 +302,7 @@ def get_memories(
 
 
 def select_nodes(
-    store: BasePydanticVectorStore,
+    store: MemoryVectorStore,
     ids: Optional[Sequence[str]] = None,
     filters: Optional[MetadataFilters] = None,
 ) -> list[BaseNode]:
@@ -309,7 +318,7 @@ def select_nodes(
             store.collection_name, scroll_filter=qdrant_selection(ids, filters),
             limit=_COPY_BATCH, offset=offset, with_payload=True, with_vectors=True,
         )
-        nodes.extend(store.parse_to_query_result(records).nodes)
+        nodes.extend(store.parse_to_query_result(records).nodes or ())
         if offset is None:
             return nodes
 
@@ -328,10 +337,10 @@ def delete_memories(
     if isinstance(store, QdrantEdgeVectorStore):
         store.delete_nodes(node_ids=None if ids is None else list(ids), filters=filters)
     elif store.client.collection_exists(store.collection_name):
-        store.client.delete(
-            store.collection_name,
-            points_selector=models.FilterSelector(filter=qdrant_selection(ids, filters)),
-        )
+        selection = qdrant_selection(ids, filters)
+        assert selection is not None  # a condition was required above
+        store.client.delete(store.collection_name,
+                            points_selector=models.FilterSelector(filter=selection))
 
 
 def qdrant_selection(
@@ -384,11 +393,11 @@ def index_policy(index: MemoryStore, **overrides: Any) -> RecencyPolicy:
     values = metadata.get(POLICY_METADATA_KEY)
     if values is None:
         model = (metadata.get(EMBEDDING_METADATA_KEY) or {}).get("model")
-        values = CALIBRATED_POLICIES.get(model, {})
+        values = CALIBRATED_POLICIES.get(model or "", {})
     return RecencyPolicy(**{**values, **overrides})
 
 
-def _collection_metadata(store: BasePydanticVectorStore) -> dict[str, Any]:
+def _collection_metadata(store: MemoryVectorStore) -> dict[str, Any]:
     if isinstance(store, QdrantEdgeVectorStore):
         return store.metadata
     call = _collection_calls(store.client, store._aclient)  # an async-only store too
@@ -443,7 +452,7 @@ def migrate_store(
         edge = _open_edge(Path(target), collection_name, dimensions=size)
         try:
             recorded = edge.metadata.get(EMBEDDING_METADATA_KEY)
-            if identity is not None and recorded not in (None, identity):
+            if identity is not None and recorded is not None and recorded != identity:
                 raise _mismatch(collection_name, recorded, identity)
             if identity is not None:
                 edge.update_metadata({EMBEDDING_METADATA_KEY: identity})
@@ -477,7 +486,7 @@ def _local_points(
                                         with_payload=True, with_vectors=True)
         batch = []
         for record in records:
-            vector = record.vector
+            vector: Any = record.vector
             if isinstance(vector, dict):  # a named dense vector: the only one there is
                 (vector,) = vector.values()
             batch.append((str(record.id), list(vector), dict(record.payload or {})))
@@ -565,7 +574,9 @@ def qdrant_clients(
         if path is not None:
             raise ValueError("give either a Qdrant server url or a local path, not both")
         return QdrantClient(url=url, api_key=api_key), AsyncQdrantClient(url=url, api_key=api_key)
-    location = {"path": os.fspath(path)} if path is not None else {"location": ":memory:"}
+    location: dict[str, Any] = (
+        {"path": os.fspath(path)} if path is not None else {"location": ":memory:"}
+    )
     try:
         if use_async:
             return None, AsyncQdrantClient(**location)

@@ -63,8 +63,9 @@ def insert_memories(index: VectorStoreIndex, nodes: Sequence[BaseNode]) -> None:
                     check_link(node, known[old_id])
         for node in nodes:
             old = stored.get(node.node_id)
-            for key in LINK_KEYS if old is not None else ():
-                links = set(old.metadata.get(key) or []) | set(node.metadata.get(key) or [])
+            for key in LINK_KEYS:
+                kept = [] if old is None else old.metadata.get(key) or []
+                links = set(kept) | set(node.metadata.get(key) or [])
                 if links:
                     node.metadata[key] = sorted(links)
             _exclude_links_from_text(node)
@@ -156,7 +157,7 @@ def memory_scope(
 ) -> Optional[MetadataFilters]:
     """``filters`` AND ``user_id == user_id`` AND ``date < before``, or None for no condition."""
     conditions: list[MetadataFilter | MetadataFilters] = []
-    if has_condition(filters):
+    if filters is not None and has_condition(filters):
         conditions.append(filters)
     if user_id is not None:
         conditions.append(MetadataFilter(key=USER_ID_KEY, operator=FilterOperator.EQ, value=user_id))

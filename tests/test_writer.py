@@ -509,8 +509,8 @@ def test_a_fact_may_not_update_another_users_memory(openai_server, llm) -> None:
     black = next(n for n in get_memories(index) if n.metadata["user_id"] == "taro")
     openai_server.reply = json.dumps({"memories": [
         {"turn": 1, "kind": "habit_change", "fact": CAFE, "updates": ["E1", "E2"]}]})
-    with pytest.raises(MemoryWriteError, match=f"of no user may not supersede memory "
-                                               f"[0-9a-f-]+ of user '(taro|hanako)'"):
+    with pytest.raises(MemoryWriteError, match="of no user may not supersede memory "
+                                               "[0-9a-f-]+ of user '(taro|hanako)'"):
         remember(parse_transcript(TRANSCRIPT)[:2], index, llm, memory_date=DAY, user_name="Taro")
     assert count_memories(index) == 2
     assert "superseded_by" not in get_memories(index, [black.node_id])[0].metadata
