@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test clean
+.PHONY: demo test lint clean
 
 $(BIN)/llama-index-recency: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ demo: $(BIN)/llama-index-recency  ## the bundled 16 memories and 10 questions, e
 
 test: $(BIN)/llama-index-recency  ## the test suite
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+
+lint: $(BIN)/llama-index-recency  ## ruff and mypy, both pinned in the test extras
+	$(BIN)/ruff check llama_index_recency tests benchmarks
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache
