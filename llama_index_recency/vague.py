@@ -162,8 +162,8 @@ _JA_NOUN_FOLLOWERS = re.compile(
 )
 """What follows a noun: particles, the copula, an interrogative (「誕生日いつ」: particle dropped)."""
 _KANJI = r"[\u3400-\u4dbf\u4e00-\u9fff々〆ヶ]"
-_KATAKANA = r"[\u30a1-\u30fa\u30fc]"
-_JA_CONTENT = re.compile(rf"({_KANJI}+|{_KATAKANA}+)(?=(.{{0,3}}))")
+_KATAKANA = r"[\u30a1-\u30fa][\u30a1-\u30fa\u30fc]*"  # ー alone lengthens kana: 「んー」
+_JA_CONTENT = re.compile(rf"({_KANJI}+|{_KATAKANA})(?=(.{{0,3}}))")
 _JA_PUNCTUATION = re.compile(r"[\s、。，．,.!！?？…・「」『』（）()〜~]+")
 
 
@@ -176,7 +176,7 @@ def _japanese_is_vague(question: str) -> bool:
     rest = re.sub(rf"{_JA_WEAK_REFERENT}|{_JA_GENERAL_NOUNS}", "、", rest)
     for match in _JA_CONTENT.finditer(rest):
         word, following = match.groups()
-        if re.fullmatch(f"{_KATAKANA}+", word):
+        if re.fullmatch(_KATAKANA, word):
             return False  # a loanword or a name: ワールドカップ, ライブ
         if (not following or _JA_NOUN_FOLLOWERS.match(following)
                 or _JA_PUNCTUATION.match(following)):
