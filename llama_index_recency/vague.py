@@ -9,8 +9,9 @@ The detector is a fixed rule over fixed word lists, like
 :func:`~llama_index_recency.past.points_to_past`, so it is predictable and testable.
 A question is a vague reference when both hold:
 
-1. **a vague referent** (a *cue*): a general noun ("thing", "stuff", "the project",
-   "that matter"; 「例の件」「あのこと」「言ってたやつ」) or a free relative about what was
+1. **a vague referent** (a *cue*): a general noun after a definite determiner ("that
+   thing", "the stuff", "the project", "that matter"; not "a thing" or "dark matter";
+   「例の件」「あのこと」「言ってたやつ」) or a free relative about what was
    said or done ("what I told you", "what you were up to"), which is enough on its own; or a
    pronoun ("it", "that", "everything"; 「あれ」「それ」「あっち」) in a question about the past
    ("How did it go?", 「あれ、どうなった？」); or, in Japanese, which drops pronouns, an
@@ -41,8 +42,33 @@ outcome predicate.
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Optional
+
+from llama_index.core.schema import NodeWithScore
+from llama_index.core.vector_stores.types import MetadataFilters
+
+from llama_index_recency.scoring import RecencyPolicy, RecencyRanking, parse_memory_date
+from llama_index_recency.search import MemorySearch, SearchPlan
+
+VAGUE_WINDOW_DAYS = 14.0
+"""How recent a memory must be (days before the reference date) to be listed for a vague
+reference: two weeks of "what you were up to", the default ``tau_days`` of the bonus."""
+
+VAGUE_REFERENCE_KEY = "vague_reference"
+"""Node metadata key (True) on every node a vague-reference ranking returns, so the prompt
+can say the reference is vague; excluded from the embedded and the LLM's text."""
+
+RECENT_REASON = "recent (vague reference)"
+"""``RankedMemory.reason`` of a recent memory listed for a vague reference."""
+
+# Raw scores come from float32 vectors: a proof needs a margin above that rounding.
+_SCORE_SLACK = 1e-6
 
 # --- English ------------------------------------------------------------------------------
 
@@ -71,6 +97,9 @@ _EN_PAST_FRAME = frozenset(
     "did was were has have had been d went gone came become became got gotten made done "
     "said told brought thought left took ended".split()
 )
+_EN_DEFINITE = frozenset("the that this those these my your our his her their".split())
+"""A general noun points back only after one of these ("that thing"; not "a thing",
+"dark matter", "tell me things")."""
 _EN_DETERMINERS = frozenset(
     "the a an my your his her our their its this that these those which whose any some no "
     "every each another".split()
@@ -82,8 +111,8 @@ _EN_FUNCTION_WORDS = frozenset(
     "doesn isn wasn weren hasn haven hadn can could will would shall should may might must "
     "to of on in at for with about from by up out off over into onto back away down along "
     "around through and or but so if as than then there here too also just really ever still "
-    "yet already all any some every no not one ones other whole same own little "
-    "okay ok well fine good right alright new news thoughts update "
+    "yet already all any some every no not one ones other whole same own "
+    "okay ok well fine good right alright news thoughts update "
     "um uh er hmm hey oh so like anyway right well yeah".split()
 )
 _EN_PREDICATES = frozenset(
@@ -111,7 +140,7 @@ def _english_is_vague(question: str) -> bool:
     weak = False
     for position, match in enumerate(words):
         word = tokens[position]
-        if word in _EN_GENERAL_NOUNS:
+        if word in _EN_GENERAL_NOUNS and _after_definite(tokens, position):
             strong = True
         elif word in _EN_WEAK_REFERENTS:
             weak = True
@@ -125,6 +154,15 @@ def _english_is_vague(question: str) -> bool:
         return True
     past = any(t in _EN_PAST_FRAME or (len(t) > 4 and t.endswith("ed")) for t in tokens)
     return weak and past and "?" in question
+
+
+def _after_definite(tokens: list[str], position: int) -> bool:
+    """Whether the word at ``position`` follows a definite determiner, perhaps through
+    "whole", "other" or "same" ("that other business")."""
+    before = position - 1
+    if before >= 0 and tokens[before] in ("whole", "other", "same"):
+        before -= 1
+    return before >= 0 and tokens[before] in _EN_DEFINITE
 
 
 def _blank(match: re.Match[str]) -> str:
@@ -192,7 +230,8 @@ def _japanese_is_vague(question: str) -> bool:
 
 VAGUE_REFERENCE_PATTERNS: tuple[str, ...] = (
     _EN_FREE_RELATIVE.pattern,
-    r"\b(?:" + "|".join(sorted(_EN_GENERAL_NOUNS)) + r")\b",
+    r"\b(?:" + "|".join(sorted(_EN_DEFINITE)) + r")(?: (?:whole|other|same))? (?:"
+    + "|".join(sorted(_EN_GENERAL_NOUNS)) + r")\b",
     r"\b(?:" + "|".join(sorted(_EN_WEAK_REFERENTS)) + r")\b",
     _JA_STRONG_REFERENT,
     _JA_WEAK_REFERENT,
@@ -212,3 +251,128 @@ def is_vague_reference(question: str) -> bool:
     if _JAPANESE_SCRIPT.search(question):
         return _japanese_is_vague(question)
     return _english_is_vague(question)
+
+
+# --- the vague-reference path: a plan step after the exact search ---------------------------
+
+
+def window_start(reference: datetime, window_days: float = VAGUE_WINDOW_DAYS) -> datetime:
+    """The earliest date a memory may have to be listed for a vague reference."""
+    return reference - timedelta(days=window_days)
+
+
+def with_recent(
+    ranking: RecencyRanking,
+    policy: RecencyPolicy,
+    reference: datetime,
+    filters: Optional[MetadataFilters] = None,
+    window_days: float = VAGUE_WINDOW_DAYS,
+) -> SearchPlan:
+    """Fill the ranking up to ``top_n`` with the recent memories, for a vague reference.
+
+    A plan step like :func:`~llama_index_recency.updates.with_successors`: the memories
+    already kept stay first; the free places go to the memories dated within
+    ``window_days`` before ``reference`` (inside ``filters``: the same user and scope),
+    best cosine + bonus first (:meth:`RecencyPolicy.rank`, no threshold: a date window is
+    this path's floor, so a store with nothing recent brings nothing new). The searches
+    are plain cosine searches restricted to the window and widen until the free places
+    are proven: no unseen window memory (raw cosine at most the last one returned, bonus
+    at most ``weight``) could beat the last one taken. Returns the ranking with
+    ``vague=True``, the recent rows' reason :data:`RECENT_REASON` and every node marked
+    with :data:`VAGUE_REFERENCE_KEY`.
+    """
+    room = policy.top_n - len(ranking.nodes)
+    taken = {n.node.node_id for n in ranking.nodes}
+    recent: list[NodeWithScore] = []
+    if room > 0:
+        since = window_start(reference, window_days)
+        limit = room + len(taken)
+        while True:
+            results = yield MemorySearch(limit=limit, filters=filters, since=since)
+            recent = [r for r in results if r.node.node_id not in taken]
+            if len(results) < limit:
+                break  # every memory in the window has been seen
+            finals = sorted(
+                (f for r in recent if (f := policy.final_score(
+                    r.score or 0.0, r.node.metadata.get(policy.date_key), reference)) is not None),
+                reverse=True,
+            )
+            unseen = (results[-1].score or 0.0) + policy.bonus(0.0) + _SCORE_SLACK
+            if len(finals) >= room and finals[room - 1] > unseen:
+                break
+            limit *= 4
+    return fill_with_recent(ranking, recent, policy, reference)
+
+
+def fill_with_recent(
+    ranking: RecencyRanking,
+    recent: Sequence[NodeWithScore],
+    policy: RecencyPolicy,
+    reference: Optional[datetime] = None,
+) -> RecencyRanking:
+    """``ranking`` with its free places (up to ``top_n``) given to the best of ``recent``.
+
+    ``recent`` are candidates dated within the window (raw scores); those already kept are
+    skipped. Calibration uses it on retrieved candidates; :func:`with_recent` on the
+    window's search results.
+    """
+    reference = reference or policy.reference()
+    taken = {n.node.node_id for n in ranking.nodes}
+    room = policy.top_n - len(ranking.nodes)
+    fresh = [r for r in recent if r.node.node_id not in taken]
+    listed = policy.rank(fresh, reference, threshold=-math.inf) if room > 0 and fresh else None
+    picked_rows = [] if listed is None else [
+        replace(row, kept=True, reason=RECENT_REASON) for row in listed.rows if row.kept
+    ][:room]
+    picked = [] if listed is None else list(listed.nodes[: len(picked_rows)])
+    picked_ids = {row.node_id for row in picked_rows}
+    rows = (
+        [row for row in ranking.rows if row.kept]
+        + picked_rows
+        + [row for row in ranking.rows if not row.kept and row.node_id not in picked_ids]
+    )
+    nodes = [_marked(n) for n in (*ranking.nodes, *picked)]
+    return RecencyRanking(rows=tuple(rows), nodes=tuple(nodes), relevance=ranking.relevance,
+                          vague=True)
+
+
+def recent_candidates(
+    candidates: Sequence[NodeWithScore],
+    policy: RecencyPolicy,
+    reference: Optional[datetime] = None,
+    window_days: float = VAGUE_WINDOW_DAYS,
+) -> list[NodeWithScore]:
+    """The candidates dated within ``window_days`` before ``reference`` (what the window
+    search of :func:`with_recent` would find among them)."""
+    since = window_start(reference or policy.reference(), window_days)
+    recent = []
+    for candidate in candidates:
+        try:
+            when = parse_memory_date(candidate.node.metadata.get(policy.date_key))
+        except ValueError:
+            continue
+        if when >= since:
+            recent.append(candidate)
+    return recent
+
+
+def is_vague_ranking(nodes: Sequence[NodeWithScore]) -> bool:
+    """Whether ``nodes`` came from a vague-reference ranking (:data:`VAGUE_REFERENCE_KEY`)."""
+    return any(n.node.metadata.get(VAGUE_REFERENCE_KEY) for n in nodes)
+
+
+def _marked(candidate: NodeWithScore) -> NodeWithScore:
+    """A copy of ``candidate`` whose node carries :data:`VAGUE_REFERENCE_KEY`, hidden from
+    the embedded and the LLM's text; the stored node is left untouched."""
+    node = candidate.node
+    if node.metadata.get(VAGUE_REFERENCE_KEY):
+        return candidate
+    hidden = {
+        name: [*keys, VAGUE_REFERENCE_KEY] if VAGUE_REFERENCE_KEY not in keys else list(keys)
+        for name, keys in (("excluded_embed_metadata_keys", node.excluded_embed_metadata_keys),
+                           ("excluded_llm_metadata_keys", node.excluded_llm_metadata_keys))
+    }
+    marked = node.model_copy(
+        update={"metadata": {**node.metadata, VAGUE_REFERENCE_KEY: True}, **hidden}
+    )
+    return NodeWithScore(node=marked, score=candidate.score)
