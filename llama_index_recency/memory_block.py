@@ -34,6 +34,7 @@ from llama_index_recency.prompts import (
 from llama_index_recency.retriever import QdrantRecencyRetriever
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.store import index_policy
+from llama_index_recency.vague import is_vague_ranking
 from llama_index_recency.writer import Turn, remember
 
 logger = logging.getLogger(__name__)
@@ -131,7 +132,8 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
         reference = self._policy.reference_date
         today = (date.today() if reference is None else self._policy.reference().date()).isoformat()
         return RETRIEVED_MEMORY_CONTEXT_TEMPLATE.format(
-            context_str=memory_context(texts), today=today
+            context_str=memory_context(texts), today=today,
+            vague_reference=is_vague_ranking(found),
         ).strip()
 
     def _query(self, messages: List[ChatMessage]) -> str:
