@@ -108,6 +108,7 @@ from llama_index_recency.store import (
     save_policy,
 )
 from llama_index_recency.updates import forget, memory_scope
+from llama_index_recency.vague import is_vague_reference
 from llama_index_recency.writer import MemoryWriteError, Turn, parse_transcript, remember
 
 EMBEDDING_MODELS: dict[str, tuple[str, Callable[[], BaseEmbedding]]] = {
@@ -851,7 +852,12 @@ def _ranking_table(title: Text, ranking: RecencyRanking) -> Table:
                                  + ", ".join(_memory_label(n) for n in ranking.nodes))
     else:
         table.caption = Text("→ no memory enters the prompt")
+    if ranking.vague:
+        table.caption.append(f"\n{VAGUE_CAPTION}", style="italic")
     return table
+
+
+VAGUE_CAPTION = "vague reference: recent memories listed to ask back"
 
 
 def _llm_line(llm: LLM | None) -> Text:
@@ -887,8 +893,14 @@ def _demo(args: argparse.Namespace, session: _Session) -> int:
         console.print(_policy_line(policy))
         console.print(_llm_line(llm))
         session.insert(index, example_memories(lang=args.lang))
+        # A vague reference needs the store's recent memories, which a postprocessor over
+        # the top k never sees: it goes through the exact retriever's vague path.
+        retriever = QdrantRecencyRetriever.from_index(index, policy)
         for question in questions:
-            ranking = _rank(session, index, question.text, postprocessor, args.top_k)
+            if is_vague_reference(question.text):
+                ranking = _search(session, retriever, question.text)
+            else:
+                ranking = _rank(session, index, question.text, postprocessor, args.top_k)
             title = f"{question.id} ({question.kind}): {question.text}"
             console.print(_ranking_table(_literal(title), ranking))
             if llm is not None:
