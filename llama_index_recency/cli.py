@@ -1324,12 +1324,20 @@ def _calibration_table(result: Calibration) -> Table:
     table.add_row("    where", *(_literal(f"{row.hit_free.question_id} {row.hit_free.key}")
                                for row in result.results), style="dim")
     table.add_row("    headroom", *(f"{row.headroom:.3f}" for row in result.results), style="dim")
-    for index, (letter, _) in enumerate(result.conditions[1:]):
+    vague = {check.letter: index for index, check in enumerate(result.results[0].vague)}
+    index = 0
+    for letter, _ in result.conditions[1:]:
+        if letter in vague:  # a vague reference: how many targets its path listed
+            table.add_row(_literal(f"({letter}) {result.results[0].vague[vague[letter]].label}"),
+                          *(_cell(row.vague[vague[letter]].cell, letter in row.failed)
+                            for row in result.results))
+            continue
         label = result.results[0].targets[index].label
         table.add_row(_literal(f"({letter}) {label}"), *(
             _cell(format_score(row.targets[index].final, result.top_k), letter in row.failed)
             for row in result.results
         ))
+        index += 1
     table.add_row("Verdict", *(
         _cell(result.verdict(row), not row.passed, "bold green" if row is result.adopted else "")
         for row in result.results
