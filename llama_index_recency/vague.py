@@ -20,9 +20,9 @@ A question is a vague reference when both hold:
    fillers are set aside. English: no proper noun (a capitalised word inside a sentence)
    and no word right after a determiner or possessive ("the game", "my dentist", "that
    café") other than the listed function words and general nouns. Japanese: no katakana
-   word and no kanji word in noun position (followed by a particle, the copula,
-   punctuation or the end; a kanji stem followed by other hiragana is a predicate, such
-   as 「話した」「覚えてる」).
+   word and no kanji word in noun position (followed by a particle, the copula, an
+   interrogative, punctuation or the end; a kanji stem followed by other hiragana is a
+   predicate, such as 「話した」「覚えてる」).
 
 So predicates never count as content ("did it pan out?" is vague whatever the verb),
 nouns do ("Who won the game the other day?", 「この前のワールドカップ…」, "How did my
@@ -35,9 +35,10 @@ phrasings.
 
 Known limits: outcome nouns the lists lack ("What was the upshot?", 「結果、出た？」) are
 read as content, so missed; a content word written in hiragana (「ごはん、どうだった？」)
-is not seen; a pronoun referent needs a question mark ("That was fun!" is not a question
-about the user's doings), so a transcript without punctuation needs a general noun or an
-outcome predicate.
+or a kanji noun with kana ending (「手作りのやつ」) is not seen; any past question about
+"it" or "that" with no content word reads as vague ("Did you see that?"); a pronoun
+referent needs a question mark ("That was fun!" is not a question about the user's
+doings), so a transcript without punctuation needs a general noun or an outcome predicate.
 """
 
 from __future__ import annotations
