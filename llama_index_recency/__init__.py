@@ -76,6 +76,11 @@ from llama_index_recency.store import (
     save_policy,
 )
 from llama_index_recency.updates import forget, insert_memories
+from llama_index_recency.vague import (
+    VAGUE_REFERENCE_PATTERNS,
+    VAGUE_WINDOW_DAYS,
+    is_vague_reference,
+)
 from llama_index_recency.writer import (
     MEMORY_EXTRACTION_PROMPT,
     MemoryWriteError,
@@ -125,6 +130,8 @@ __all__ = [
     "TargetScore",
     "ThresholdFit",
     "Turn",
+    "VAGUE_REFERENCE_PATTERNS",
+    "VAGUE_WINDOW_DAYS",
     "aextract_memories",
     "aremember",
     "calibrate",
@@ -141,6 +148,7 @@ __all__ = [
     "get_memories",
     "index_policy",
     "insert_memories",
+    "is_vague_reference",
     "memory_node",
     "migrate_store",
     "minilm_embedding",

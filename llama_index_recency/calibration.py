@@ -12,6 +12,12 @@ sit in 0.72-0.90 with an sd of ~0.027, so a 0.05 bonus is two sd there).
 each candidate, and adopts by a documented rule (see :func:`fit_policy`).
 Candidates are retrieved once (top-k by raw cosine) and re-scored per grid point with
 :class:`~llama_index_recency.scoring.RecencyPolicy`, so the numbers are the postprocessor's.
+
+A vague reference ("How did that thing you were working on go?",
+:func:`~llama_index_recency.vague.is_vague_reference`) scores high against no memory, so
+its targets do not place the threshold; they reach the prompt through the vague path
+(the recent memories fill the places left), which is what its condition checks: at least
+half its targets listed (:func:`vague_listed`).
 """
 
 from __future__ import annotations
@@ -26,6 +32,12 @@ from llama_index.core.schema import NodeWithScore
 
 from llama_index_recency.examples import ExampleQuestion
 from llama_index_recency.scoring import DROPPED_NO_DATE, RecencyPolicy
+from llama_index_recency.vague import (
+    VAGUE_WINDOW_DAYS,
+    fill_with_recent,
+    is_vague_reference,
+    recent_candidates,
+)
 
 SEED_GRID: tuple[tuple[float, float], ...] = (
     (0.03, 30.0), (0.04, 30.0), (0.04, 14.0), (0.05, 14.0)
@@ -90,6 +102,35 @@ class HitFreeMax:
 
 
 @dataclass(frozen=True)
+class VagueCheck:
+    """A vague question's condition: which of its targets the vague path listed."""
+
+    letter: str
+    question_id: str
+    targets: tuple[str, ...]
+    listed: tuple[str, ...]
+
+    @property
+    def needed(self) -> int:
+        """At least half the targets, rounded up."""
+        return math.ceil(len(self.targets) / 2)
+
+    @property
+    def passed(self) -> bool:
+        return len(self.listed) >= self.needed
+
+    @property
+    def label(self) -> str:
+        """``"H2 (vague)"``, as table headers show it."""
+        return f"{self.question_id} (vague)"
+
+    @property
+    def cell(self) -> str:
+        """``"2/3 listed"``."""
+        return f"{len(self.listed)}/{len(self.targets)} listed"
+
+
+@dataclass(frozen=True)
 class CandidateResult:
     """One (weight, tau_days) candidate: its scores and the conditions it failed."""
 
@@ -100,6 +141,8 @@ class CandidateResult:
     targets: tuple[TargetScore, ...]
     failed: tuple[str, ...]
     """Condition letters not met: ``"a"`` (the hit-free max), ``"b"``, ... (the targets)."""
+    vague: tuple[VagueCheck, ...] = ()
+    """The vague questions' conditions (their targets are not in ``targets``)."""
 
     @property
     def passed(self) -> bool:
@@ -145,6 +188,7 @@ class Calibration:
     def to_table(self) -> str:
         """The seed's Markdown table: candidate, hit-free max, headroom, each target, verdict."""
         target_labels = [score.label for score in self.results[0].targets] if self.results else []
+        target_labels += [check.label for check in self.results[0].vague] if self.results else []
         header = ["weight", "tau (days)", "Hit-free max", "Headroom", *target_labels, "Verdict"]
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for result in self.results:
@@ -154,6 +198,7 @@ class Calibration:
                 f"{result.hit_free.final:.3f}",
                 f"{result.headroom:.3f}",
                 *(format_score(score.final, self.top_k) for score in result.targets),
+                *(check.cell for check in result.vague),
                 self.verdict(result),
             ]
             lines.append("| " + " | ".join(cells) + " |")
@@ -248,35 +293,75 @@ def calibrate(
 
     ``policy`` supplies the threshold, reference date and date handling; only weight
     and tau_days vary. Condition (a): the hit-free max stays under the threshold;
-    (b), (c), ...: each question's targets reach it, in question order. Among passing
-    candidates the smallest weight is adopted (ties: the smaller tau); none passing
-    means none adopted.
+    (b), (c), ...: each question's targets reach it, in question order; a vague
+    reference gets one condition instead: at least half its targets listed
+    (:func:`vague_listed`). Among passing candidates the smallest weight is adopted
+    (ties: the smaller tau); none passing means none adopted.
     """
     _check_labels(retrieved)
-    targets = [
-        (item.question.id, target) for item in retrieved for target in item.question.targets
+    # One check per target, or one per vague question: (question, target or None).
+    checks = [
+        (item, target)
+        for item in retrieved
+        for target in ((None,) if is_vague(item.question) else item.question.targets)
     ]
-    letters = _letters(1 + len(targets))
+    letters = _letters(1 + len(checks))
     conditions = ((letters[0], f"hit-free max < {policy.threshold:g}"),) + tuple(
-        (letter, f"{question_id} {target} ≥ {policy.threshold:g}")
-        for letter, (question_id, target) in zip(letters[1:], targets, strict=True)
+        (letter, f"{item.question.id} {target} ≥ {policy.threshold:g}" if target is not None
+         else f"{item.question.id} lists ≥ {math.ceil(len(item.question.targets) / 2)} of "
+              f"{', '.join(item.question.targets)} (vague reference: recent memories, "
+              f"{VAGUE_WINDOW_DAYS:g} days)")
+        for letter, (item, target) in zip(letters[1:], checks, strict=True)
     )
     results = []
     for weight, tau_days in grid:
         candidate = _with_bonus(policy, weight, tau_days)
         hit_free, scores = _score(retrieved, candidate, key)
-        failed = ([letters[0]] if hit_free.final >= policy.threshold else []) + [
-            letter
-            for letter, score in zip(letters[1:], scores, strict=True)
-            if score.final is None or score.final < policy.threshold
-        ]
+        finals = iter(scores)
+        failed = [letters[0]] if hit_free.final >= policy.threshold else []
+        vague = []
+        for letter, (item, target) in zip(letters[1:], checks, strict=True):
+            if target is None:
+                vague.append(VagueCheck(letter, item.question.id, tuple(item.question.targets),
+                                        vague_listed(item, candidate, key)))
+                passes = vague[-1].passed
+            else:
+                final = next(finals).final
+                passes = final is not None and final >= policy.threshold
+            if not passes:
+                failed.append(letter)
         results.append(
-            CandidateResult(weight, tau_days, policy.threshold, hit_free, scores, tuple(failed))
+            CandidateResult(weight, tau_days, policy.threshold, hit_free, scores, tuple(failed),
+                            tuple(vague))
         )
     passing = [result for result in results if result.passed]
     adopted = min(passing, key=lambda r: (r.weight, r.tau_days)) if passing else None
     top_k = max((len(item.candidates) for item in retrieved), default=0)
     return Calibration(policy.threshold, top_k, conditions, tuple(results), adopted)
+
+
+def is_vague(question: ExampleQuestion) -> bool:
+    """A question with targets that is a vague reference: its targets come by the vague path."""
+    return bool(question.targets) and is_vague_reference(question.text)
+
+
+def vague_listed(
+    item: RetrievedCandidates, policy: RecencyPolicy, key: str = DEFAULT_KEY
+) -> tuple[str, ...]:
+    """The targets of a vague question that reach the prompt through the vague path.
+
+    The path of :class:`~llama_index_recency.QdrantRecencyRetriever` over the retrieved
+    candidates: what passes the threshold, then the places left under ``top_n`` filled
+    with the candidates dated within :data:`~llama_index_recency.vague.VAGUE_WINDOW_DAYS`
+    (the retriever searches the whole window; retrieve every memory to match it exactly).
+    """
+    reference = policy.reference()
+    keys = {n.node.node_id: n.node.metadata.get(key, n.node.node_id) for n in item.candidates}
+    ranking = fill_with_recent(policy.rank(item.candidates, reference),
+                               recent_candidates(item.candidates, policy, reference),
+                               policy, reference)
+    kept = {keys[n.node.node_id] for n in ranking.nodes}
+    return tuple(target for target in item.question.targets if target in kept)
 
 
 def fit_threshold(
@@ -498,6 +583,8 @@ def _crowded_out(
     reference = policy.reference()
     crowded = []
     for item in retrieved:
+        if is_vague(item.question):
+            continue  # checked by vague_listed
         keys = {n.node.node_id: n.node.metadata.get(key, n.node.node_id) for n in item.candidates}
         ranking = policy.rank(item.candidates, reference)
         kept = {keys[node.node.node_id] for node in ranking.nodes}
@@ -537,11 +624,14 @@ def _with_bonus(policy: RecencyPolicy, weight: float, tau_days: float) -> Recenc
 def _score(
     retrieved: Sequence[RetrievedCandidates], policy: RecencyPolicy, key: str
 ) -> tuple[HitFreeMax, tuple[TargetScore, ...]]:
-    """Post-bonus scores under ``policy``: the hit-free max and every target's score."""
+    """Post-bonus scores under ``policy``: the hit-free max and every target's score (but a
+    vague question's: those do not place the threshold)."""
     reference = policy.reference()
     hit_free: HitFreeMax | None = None
     scores: list[TargetScore] = []
     for item in retrieved:
+        if is_vague(item.question):
+            continue
         keys = {node.node.node_id: node.node.metadata.get(key, node.node.node_id)
                 for node in item.candidates}
         finals = {

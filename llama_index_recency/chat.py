@@ -30,6 +30,7 @@ from llama_index_recency.prompts import (
     memory_context,
     memory_text,
 )
+from llama_index_recency.vague import is_vague_ranking
 
 TodayLike = Union[date, datetime, str, None]
 """The prompt's "today": a date, a datetime (its own calendar day), an ISO string, or None (now)."""
@@ -63,7 +64,9 @@ class MemoryResponseSynthesizer(BaseSynthesizer):
         RetrieverQueryEngine(retriever, response_synthesizer=MemoryResponseSynthesizer(llm=llm))
 
     (``RetrieverQueryEngine.from_args(retriever, llm=llm)`` would send LlamaIndex's stock
-    QA prompt: no block, no rules, no escaping.)
+    QA prompt: no block, no rules, no escaping.) Nodes a vague reference brought
+    (:func:`~llama_index_recency.vague.is_vague_ranking`) add the note that they are the
+    candidates to ask back about (format variable ``vague_reference``).
     """
 
     def __init__(
@@ -94,7 +97,8 @@ class MemoryResponseSynthesizer(BaseSynthesizer):
     ) -> RESPONSE_TYPE:
         if nodes:
             return super().synthesize(query, nodes, additional_source_nodes,
-                                      memory_texts=_memory_texts(nodes), **response_kwargs)
+                                      memory_texts=_memory_texts(nodes),
+                                      **_vague(nodes), **response_kwargs)
         answer = self.get_response(_query_str(query), [], **response_kwargs)
         return self._prepare_response_output(answer, list(additional_source_nodes or []))
 
@@ -107,7 +111,8 @@ class MemoryResponseSynthesizer(BaseSynthesizer):
     ) -> RESPONSE_TYPE:
         if nodes:
             return await super().asynthesize(query, nodes, additional_source_nodes,
-                                             memory_texts=_memory_texts(nodes), **response_kwargs)
+                                             memory_texts=_memory_texts(nodes),
+                                             **_vague(nodes), **response_kwargs)
         answer = await self.aget_response(_query_str(query), [], **response_kwargs)
         return self._prepare_response_output(answer, list(additional_source_nodes or []))
 
@@ -184,6 +189,11 @@ class MemoryResponseSynthesizer(BaseSynthesizer):
 def _memory_texts(nodes: Sequence[NodeWithScore]) -> list[str]:
     """Each node as the block shows a memory (``YYYY-MM-DD: <content>``, no metadata)."""
     return [memory_text(n.node) for n in nodes]
+
+
+def _vague(nodes: Sequence[NodeWithScore]) -> Dict[str, Any]:
+    """``vague_reference=True`` for the prompt when the nodes were listed for a vague reference."""
+    return {"vague_reference": True} if is_vague_ranking(nodes) else {}
 
 
 def _query_str(query: QueryTextType) -> str:

@@ -110,6 +110,7 @@ from llama_index_recency.store import (
     save_policy,
 )
 from llama_index_recency.updates import forget, memory_scope
+from llama_index_recency.vague import is_vague_reference
 from llama_index_recency.writer import MemoryWriteError, Turn, parse_transcript, remember
 
 EMBEDDING_MODELS: dict[str, tuple[str, Callable[[], BaseEmbedding]]] = {
@@ -865,7 +866,12 @@ def _ranking_table(title: Text, ranking: RecencyRanking) -> Table:
                                  + ", ".join(_memory_label(n) for n in ranking.nodes))
     else:
         table.caption = Text("→ no memory enters the prompt")
+    if ranking.vague:
+        table.caption.append(f"\n{VAGUE_CAPTION}", style="italic")
     return table
+
+
+VAGUE_CAPTION = "vague reference: recent memories listed to ask back"
 
 
 def _llm_line(llm: LLM | None) -> Text:
@@ -901,8 +907,14 @@ def _demo(args: argparse.Namespace, session: _Session) -> int:
         console.print(_policy_line(policy))
         console.print(_llm_line(llm))
         session.insert(index, example_memories(lang=args.lang))
+        # A vague reference needs the store's recent memories, which a postprocessor over
+        # the top k never sees: it goes through the exact retriever's vague path.
+        retriever = QdrantRecencyRetriever.from_index(index, policy)
         for question in questions:
-            ranking = _rank(session, index, question.text, postprocessor, args.top_k)
+            if is_vague_reference(question.text):
+                ranking = _search(session, retriever, question.text)
+            else:
+                ranking = _rank(session, index, question.text, postprocessor, args.top_k)
             title = f"{question.id} ({question.kind}): {question.text}"
             console.print(_ranking_table(_literal(title), ranking))
             if llm is not None:
@@ -1375,12 +1387,20 @@ def _calibration_table(result: Calibration) -> Table:
     table.add_row("    where", *(_literal(f"{row.hit_free.question_id} {row.hit_free.key}")
                                for row in result.results), style="dim")
     table.add_row("    headroom", *(f"{row.headroom:.3f}" for row in result.results), style="dim")
-    for index, (letter, _) in enumerate(result.conditions[1:]):
+    vague = {check.letter: index for index, check in enumerate(result.results[0].vague)}
+    index = 0
+    for letter, _ in result.conditions[1:]:
+        if letter in vague:  # a vague reference: how many targets its path listed
+            table.add_row(_literal(f"({letter}) {result.results[0].vague[vague[letter]].label}"),
+                          *(_cell(row.vague[vague[letter]].cell, letter in row.failed)
+                            for row in result.results))
+            continue
         label = result.results[0].targets[index].label
         table.add_row(_literal(f"({letter}) {label}"), *(
             _cell(format_score(row.targets[index].final, result.top_k), letter in row.failed)
             for row in result.results
         ))
+        index += 1
     table.add_row("Verdict", *(
         _cell(result.verdict(row), not row.passed, "bold green" if row is result.adopted else "")
         for row in result.results

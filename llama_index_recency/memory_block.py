@@ -34,6 +34,7 @@ from llama_index_recency.prompts import (
 from llama_index_recency.retriever import QdrantRecencyRetriever
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.store import index_policy
+from llama_index_recency.vague import is_vague_ranking
 from llama_index_recency.writer import Turn, remember
 
 logger = logging.getLogger(__name__)
@@ -128,7 +129,8 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
             return ""
         texts = [memory_text(n.node, self._policy.date_key) for n in found]
         return RETRIEVED_MEMORY_CONTEXT_TEMPLATE.format(
-            context_str=memory_context(texts), today=self._today().isoformat()
+            context_str=memory_context(texts), today=self._today().isoformat(),
+            vague_reference=is_vague_ranking(found),
         ).strip()
 
     def _today(self) -> date:

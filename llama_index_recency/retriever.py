@@ -36,6 +36,7 @@ from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 from llama_index_recency.search import MemorySearch, SearchPlan, dated_filter, exact_recency_search
 from llama_index_recency.store import index_policy, qdrant_selection
 from llama_index_recency.updates import memory_scope, with_successors
+from llama_index_recency.vague import VAGUE_WINDOW_DAYS, is_vague_reference, with_recent
 
 
 class QdrantRecencyRetriever(BaseRetriever):
@@ -46,6 +47,14 @@ class QdrantRecencyRetriever(BaseRetriever):
     ``threshold``, each node's score its final score. ``filters`` and ``user_id`` scope
     every search (they are applied inside the engine, never after); without ``user_id``,
     meeting memories of several users logs one warning.
+
+    A vague reference ("How did that thing you were working on go?",
+    :func:`~llama_index_recency.vague.is_vague_reference`) scores high against no memory,
+    so it takes its own path: the places left under ``top_n`` go to the memories dated
+    within ``vague_window_days`` (best cosine + bonus first, whatever their score), so the
+    character can ask back which one is meant; the ranking says ``vague=True`` and the
+    nodes carry :data:`~llama_index_recency.vague.VAGUE_REFERENCE_KEY` for the prompt.
+    ``vague_window_days=None`` turns that path off.
     """
 
     def __init__(
@@ -56,15 +65,19 @@ class QdrantRecencyRetriever(BaseRetriever):
         *,
         filters: Optional[MetadataFilters] = None,
         user_id: Optional[str] = None,
+        vague_window_days: Optional[float] = VAGUE_WINDOW_DAYS,
         callback_manager: Optional[CallbackManager] = None,
     ) -> None:
         """``policy`` holds the parameters (a ``RecencyBonusPostprocessor`` is one)."""
         super().__init__(callback_manager=callback_manager)
+        if vague_window_days is not None and not 0 < vague_window_days < float("inf"):
+            raise ValueError(f"vague_window_days must be > 0 days or None, got {vague_window_days!r}")
         self._vector_store = vector_store
         self._embed_model = embed_model
         self._policy = policy or RecencyPolicy()
         self._filters = memory_scope(user_id=user_id, filters=filters)
         self._several_users = SeveralUsersWarning(type(self).__name__, scoped=user_id is not None)
+        self._vague_window_days = vague_window_days
         self._ready = False
 
     @classmethod
@@ -125,11 +138,16 @@ class QdrantRecencyRetriever(BaseRetriever):
     # --- one plan, two drivers ---------------------------------------------------------------
 
     def _plan(self, bundle: QueryBundle) -> SearchPlan:
-        """The exact ranking, then each superseded memory's newest successor placed before it."""
+        """The exact ranking, then each superseded memory's newest successor placed before it,
+        then for a vague reference the recent memories in the places left."""
         policy = self._policy_for(bundle)
         reference = policy.reference()
         ranking = yield from exact_recency_search(policy, reference, self._filters)
-        return (yield from with_successors(ranking, policy, reference, self._filters))
+        ranking = yield from with_successors(ranking, policy, reference, self._filters)
+        if self._vague_window_days is None or not is_vague_reference(bundle.query_str):
+            return ranking
+        return (yield from with_recent(ranking, policy, reference, self._filters,
+                                       self._vague_window_days))
 
     def _policy_for(self, bundle: QueryBundle) -> RecencyPolicy:
         """The policy, with the bonus scaled down for a question that points to the past

@@ -112,6 +112,9 @@ class RecencyRanking:
     nodes: tuple[NodeWithScore, ...]
     relevance: Relevance = "cosine"
     """The units of ``raw``, ``bonus`` and ``final``: cosine, or the question's cohort sd."""
+    vague: bool = False
+    """The question was a vague reference (:func:`~llama_index_recency.vague.is_vague_reference`):
+    recent memories were listed so the character can ask back which one is meant."""
 
     def to_table(self) -> str:
         """Render the rows as the seed's Markdown table (memory, raw, bonus, final, verdict)."""
@@ -239,15 +242,19 @@ class RecencyPolicy(BaseModel):
         nodes: Sequence[NodeWithScore],
         reference: Optional[datetime] = None,
         bonus_scale: float = 1.0,
+        threshold: Optional[float] = None,
     ) -> RecencyRanking:
         """Re-rank retrieved candidates by post-bonus score and pick the prompt's memories.
 
-        ``bonus_scale`` multiplies every bonus (1.0 = as configured). Returns new
+        ``bonus_scale`` multiplies every bonus (1.0 = as configured); ``threshold``
+        replaces the policy's cutoff (``-math.inf``: keep the best ``top_n`` whatever their
+        score, as the vague-reference path does among recent memories). Returns new
         ``NodeWithScore`` objects carrying the final score; the caller's nodes and their
         metadata are left untouched.
         """
         if not 0.0 <= bonus_scale < math.inf:
             raise ValueError(f"bonus_scale must be a finite number >= 0, got {bonus_scale!r}")
+        threshold = self.threshold if threshold is None else threshold
         reference = reference or self.reference()
         scored: list[tuple[float, int, NodeWithScore, RankedMemory]] = []
         for position, candidate in enumerate(nodes):
@@ -262,8 +269,8 @@ class RecencyPolicy(BaseModel):
             if row.reason == DROPPED_NO_DATE:
                 rows.append(row)
                 continue
-            if final < self.threshold:
-                reason = f"below {self.threshold:g}"
+            if final < threshold:
+                reason = f"below {threshold:g}"
             elif len(kept) >= self.top_n:
                 reason = f"over top {self.top_n}"
             else:

@@ -50,13 +50,19 @@ def prompts_by_question(out: str) -> dict[str, tuple[str, ...]]:
 
 def assert_bundled_outcome(out: str, lang: str) -> None:
     """What the shipped policy promises on the bundled set (values come from a model, so
-    properties): every target of H1, H3, H4, C1, C2 enters the prompt, N1-N4 bring nothing."""
+    properties): every target of H1, H3, H4, C1, C2 enters the prompt, N1-N4 bring nothing,
+    H2 (the vague reference) brings the recent activities: all three in English, two in
+    Japanese, and its table says it took the vague path."""
     prompts = prompts_by_question(out)
     for question in example_questions(lang):
         if question.kind == "hit_free":
             assert prompts[question.id] == (), (question.id, prompts[question.id])
-        elif question.id != "H2":  # the vague reference (issue 19)
+        elif question.id == "H2":
+            brought = set(question.targets) & set(prompts["H2"])
+            assert len(brought) >= (3 if lang == "en" else 2), prompts["H2"]
+        else:
             assert set(question.targets) <= set(prompts[question.id]), question.id
+    assert out.count("vague reference: recent memories listed to ask back") == 1
 
 
 def test_demo_prints_every_question_table_and_timings(capsys) -> None:
@@ -106,11 +112,12 @@ def test_demo_sends_b_format_and_compares_with_off(e5, openai_server, monkeypatc
 WITHOUT_H2 = "H1,H3,H4,C1,C2,N1,N2,N3,N4"
 
 
-def test_calibrate_bundled_reports_that_nothing_passes_with_h2(e5, capsys) -> None:
-    assert main(["calibrate"], embed_model=e5) == 1
-    out = capsys.readouterr().out
+def test_calibrate_bundled_keeps_h2_through_the_vague_path(e5, capsys) -> None:
+    """H2 is in the bundled pass again: its targets are checked through the vague path."""
+    assert main(["calibrate"], embed_model=e5) == 0
+    out = " ".join(capsys.readouterr().out.split())
     assert "calibration on bundled memories (en): model=e5" in out and "10 questions" in out
-    assert "No candidate passes every condition at any fitted threshold; none adopted." in out
+    assert ADOPTED.search(out) is not None, out[-400:]
 
 
 ADOPTED = re.compile(
@@ -123,7 +130,7 @@ ADOPTED = re.compile(
 def test_calibrate_fits_the_policy_per_language(e5, lang, contradictions, capsys) -> None:
     """The values come out of a fit on this machine's cosines: assert what the fit promises
     (a policy adopted, the newer memory first where any candidate manages it, headroom)."""
-    assert main(["calibrate", "--lang", lang, "--question-ids", WITHOUT_H2], embed_model=e5) == 0
+    assert main(["calibrate", "--lang", lang], embed_model=e5) == 0  # H2 in: the vague path
     out = " ".join(capsys.readouterr().out.split())
     assert "Candidates scaled to the raw-cosine sd" in out
     adopted = ADOPTED.search(out)
@@ -139,9 +146,11 @@ def test_calibrate_seed_pass_at_a_fitted_threshold(minilm, capsys) -> None:
     assert "Candidates at threshold 0.25" in out
     assert "Adopted weight=0.03, tau_days=30: the smallest passing weight; hit-free headroom " \
            "under 0.25 is 0.029." in out
-    assert main(["calibrate", "--seed", "--threshold", "0.25"], embed_model=minilm) == 1
+    # With H2: one condition, its targets listed by the vague path (MiniLM scores none high).
+    assert main(["calibrate", "--seed", "--threshold", "0.25"], embed_model=minilm) == 0
     out = capsys.readouterr().out
-    assert "(e) H2 benchmark_article" in out and out.count("fails (c), (d), (e)") == 4
+    assert "(c) H2 (vague)" in out and out.count("3/3 listed") == 4
+    assert "(d) H3 hot_spring" in out and "Adopted weight=0.03, tau_days=30" in out
 
 
 def test_add_list_ask_on_a_local_store(coffee_cosines, tmp_path: Path, capsys) -> None:

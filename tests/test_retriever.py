@@ -484,3 +484,102 @@ def test_a_question_pointing_to_the_past_gets_the_scaled_bonus_like_the_postproc
     expected = retriever.policy.postprocess_nodes(all_candidates(store, past, 6), past)
     assert [n.node.node_id for n in found] == [n.node.node_id for n in expected]
     assert [round(n.score, 3) for n in retriever.retrieve(e0_query(6))] == [0.476, 0.464, 0.455]
+
+
+# --- vague references: the recent memories fill the places left (issue 19) ---------------------
+
+VAGUE = "How did that thing you were working on go?"
+RECENT = [
+    ("Taro bought a keyboard.", "2026-06-01", 0.60),  # old but on topic: passes, stays first
+    ("Taro made mentaiko pasta at home.", "2026-09-08", 0.30),  # 0.30 + 0.043 = 0.343
+    ("Taro is stabilizing the TTS server.", "2026-08-28", 0.35),  # 0.35 + 0.020 = 0.370
+    ("Taro finished the benchmark article.", "2026-09-09", 0.20),  # 0.20 + 0.047 = 0.247
+    ("Taro went to a hot spring.", "2026-08-14", 0.40),  # 27 days old: outside the window
+]
+
+
+def vague_query(dim: int, text: str = VAGUE) -> QueryBundle:
+    return QueryBundle(text, embedding=e0_query(dim).embedding)
+
+
+def test_a_vague_reference_fills_the_places_left_with_recent_memories(engine: str) -> None:
+    retriever = retriever_for(store_of(known_cosine_nodes(RECENT), engine))
+    ranking = retriever.explain(vague_query(6))
+    assert ranking.vague
+    assert facts(ranking.nodes) == [RECENT[0][0], RECENT[2][0], RECENT[1][0]]
+    assert [(round(r.final, 3), r.reason) for r in ranking.rows[:3]] == [
+        (0.6, "kept"), (0.37, "recent (vague reference)"), (0.343, "recent (vague reference)"),
+    ]
+    assert [n.score for n in ranking.nodes] == [r.final for r in ranking.rows[:3]]
+    # Every node says the question was vague, and the mark never reaches the LLM's text.
+    for node in ranking.nodes:
+        assert node.node.metadata["vague_reference"] is True
+        assert "vague_reference" not in node.node.get_content(metadata_mode="llm")
+        assert "vague_reference" not in node.node.get_content(metadata_mode="embed")
+
+
+def test_a_question_that_is_not_vague_is_unaffected(engine: str) -> None:
+    retriever = retriever_for(store_of(known_cosine_nodes(RECENT), engine))
+    ranking = retriever.explain(vague_query(6, "Which keyboard did I buy?"))
+    assert not ranking.vague
+    assert facts(ranking.nodes) == [RECENT[0][0]]
+    assert "vague_reference" not in ranking.nodes[0].node.metadata
+
+
+def test_nothing_recent_brings_nothing_new_and_the_path_can_be_turned_off(engine: str) -> None:
+    old = [RECENT[0], RECENT[4], ("Taro likes trains.", "2026-04-01", 0.44)]
+    ranking = retriever_for(store_of(known_cosine_nodes(old), engine)).explain(vague_query(4))
+    assert ranking.vague and facts(ranking.nodes) == [RECENT[0][0]]
+    store = store_of(known_cosine_nodes(RECENT), engine, "off")
+    off = QdrantRecencyRetriever(store, MockEmbedding(embed_dim=1),
+                                 RecencyBonusPostprocessor(reference_date=SEED_TODAY),
+                                 vague_window_days=None)
+    ranking = off.explain(vague_query(6))
+    assert not ranking.vague and facts(ranking.nodes) == [RECENT[0][0]]
+    with pytest.raises(ValueError, match="vague_window_days"):
+        QdrantRecencyRetriever(store, MockEmbedding(embed_dim=1), vague_window_days=0)
+
+
+def test_the_recent_memories_are_the_best_in_the_window_even_past_the_first_search(
+    engine: str,
+) -> None:
+    """40 memories in the window, the newer ones lower in cosine: the bonus reorders them, so
+    the window search must widen until the places are proven (the brute-force answer)."""
+    rows = [(f"Note {i}.", (REFERENCE - timedelta(days=13 - i % 14)).date().isoformat(),
+             0.30 - 0.002 * i) for i in range(40)]
+    store = store_of(known_cosine_nodes(rows), engine)
+    retriever = retriever_for(store, top_n=4)
+    ranking = retriever.explain(vague_query(41))
+    policy = retriever.policy
+    expected = policy.rank(all_candidates(store, vague_query(41), 41), REFERENCE,
+                           threshold=-math.inf).nodes
+    assert [n.node.node_id for n in ranking.nodes] == [n.node.node_id for n in expected]
+    assert facts(ranking.nodes) != [r[0] for r in rows[:4]]  # the bonus did reorder them
+    assert all(r.reason == "recent (vague reference)" for r in ranking.rows[:4])
+
+
+def test_a_vague_reference_lists_only_the_users_own_recent_memories(engine: str) -> None:
+    rows = [("Taro made curry.", "2026-09-08", 0.30, "taro"),
+            ("Hanako ran a marathon.", "2026-09-09", 0.40, "hanako")]
+    nodes = []
+    for i, (fact, day, raw, user) in enumerate(rows):
+        node = memory_node(fact, day, user_id=user)
+        node.embedding = [raw] + [0.0] * len(rows)
+        node.embedding[i + 1] = math.sqrt(1 - raw * raw)
+        nodes.append(node)
+    store = store_of(nodes, engine)
+    policy = RecencyBonusPostprocessor(reference_date=SEED_TODAY)
+    retriever = QdrantRecencyRetriever(store, MockEmbedding(embed_dim=1), policy, user_id="taro")
+    assert facts(retriever.retrieve(vague_query(3))) == ["Taro made curry."]
+
+
+async def test_a_vague_reference_takes_the_same_path_async() -> None:
+    store = QdrantVectorStore(collection_name="memories",
+                              aclient=AsyncQdrantClient(location=":memory:"))
+    await store.async_add(known_cosine_nodes(RECENT))
+    retriever = retriever_for(store)
+    ranking = await retriever.aexplain(vague_query(6))
+    assert ranking.vague
+    assert facts(ranking.nodes) == [RECENT[0][0], RECENT[2][0], RECENT[1][0]]
+    edge = retriever_for(store_of(known_cosine_nodes(RECENT), "edge", "edge"))
+    assert facts(await edge.aretrieve(vague_query(6))) == facts(ranking.nodes)
