@@ -559,7 +559,8 @@ def fit_policy(
     for weight, tau_days in spread_grid(sd) if grid is None else grid:
         bonus = _with_bonus(policy, weight, tau_days)
         fit = fit_threshold(retrieved, bonus, key=key)
-        result, crowded_out = None, ()
+        result: CandidateResult | None = None
+        crowded_out: tuple[str, ...] = ()
         if fit.threshold is not None:
             fitted = bonus.model_copy(update={"threshold": fit.threshold})
             result = calibrate(retrieved, fitted, [(weight, tau_days)], key=key).results[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date
 from typing import Any, Optional
 
@@ -90,8 +90,11 @@ def memory_text(node: BaseNode, date_key: str = "date") -> str:
     A node without a usable date is its content alone.
     """
     content = node.get_content()
+    value = node.metadata.get(date_key)
+    if value is None:
+        return content
     try:
-        prefix = f"{calendar_day(node.metadata.get(date_key)).isoformat()}: "
+        prefix = f"{calendar_day(value).isoformat()}: "
     except ValueError:
         return content
     return content if content.startswith(prefix) else prefix + content
@@ -132,7 +135,9 @@ def render_today(today: Any = None, **_: Any) -> str:
     return str(today) if today else date.today().isoformat()
 
 
-_FUNCTION_MAPPINGS = {"context_str": render_memory_block, "today": render_today}
+_FUNCTION_MAPPINGS: dict[str, Callable[..., str]] = {
+    "context_str": render_memory_block, "today": render_today,
+}
 _SYSTEM = "Today is {today}.{context_str}"
 
 RETRIEVED_MEMORY_PROMPT = ChatPromptTemplate(
@@ -152,7 +157,9 @@ memory inside the block, use ``MemoryResponseSynthesizer`` instead.
 """
 
 
-class _ContextTemplate(PromptTemplate):
+# mypy's pydantic plugin builds __init__ from PromptTemplate's fields, one of them "kwargs",
+# and trips over it (and over the custom __init__ below): the ignores are for that alone.
+class _ContextTemplate(PromptTemplate):  # type: ignore[no-redef]
     """A ``PromptTemplate`` whose ``partial_format(today=...)`` survives LlamaIndex's chat engines.
 
     Those engines copy only a context template's text and function mappings, so a
@@ -160,10 +167,10 @@ class _ContextTemplate(PromptTemplate):
     at format time (``RecencyChatEngine(today=...)``) still wins.
     """
 
-    def partial_format(self, **kwargs: Any) -> PromptTemplate:
-        prompt = super().partial_format(**kwargs)
-        if "today" in kwargs:
-            fixed = str(kwargs["today"])
+    def partial_format(self, **values: Any) -> PromptTemplate:
+        prompt = super().partial_format(**values)
+        if "today" in values:
+            fixed = str(values["today"])
             prompt.function_mappings = {
                 **_FUNCTION_MAPPINGS,
                 "today": lambda today=None, **_: render_today(today or fixed),
@@ -171,7 +178,7 @@ class _ContextTemplate(PromptTemplate):
         return prompt
 
 
-RETRIEVED_MEMORY_CONTEXT_TEMPLATE = _ContextTemplate(
+RETRIEVED_MEMORY_CONTEXT_TEMPLATE = _ContextTemplate(  # type: ignore[call-arg, misc]
     _SYSTEM + "\n\n", function_mappings=_FUNCTION_MAPPINGS
 )
 """B-format ``context_template`` for the context and condense-plus-context chat engines.

@@ -29,12 +29,13 @@ from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import models
 
 from llama_index_recency.cohort import QueryScale, relevance_cohort
+from llama_index_recency.edge import QdrantEdgeVectorStore
 from llama_index_recency.filters import to_qdrant_filter
 from llama_index_recency.memory import USER_ID_KEY, SeveralUsersWarning
 from llama_index_recency.past import points_to_past
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 from llama_index_recency.search import MemorySearch, SearchPlan, dated_filter, exact_recency_search
-from llama_index_recency.store import index_policy, qdrant_selection
+from llama_index_recency.store import index_policy, qdrant_selection, vector_store_of
 from llama_index_recency.updates import memory_scope, with_successors
 from llama_index_recency.vague import VAGUE_WINDOW_DAYS, is_vague_reference, with_recent
 
@@ -72,7 +73,7 @@ class QdrantRecencyRetriever(BaseRetriever):
         super().__init__(callback_manager=callback_manager)
         if vague_window_days is not None and not 0 < vague_window_days < float("inf"):
             raise ValueError(f"vague_window_days must be > 0 days or None, got {vague_window_days!r}")
-        self._vector_store = vector_store
+        self._vector_store = vector_store_of(vector_store)  # Edge or Qdrant, else one line
         self._embed_model = embed_model
         self._policy = policy or RecencyPolicy()
         self._filters = memory_scope(user_id=user_id, filters=filters)
@@ -217,8 +218,8 @@ class QdrantRecencyRetriever(BaseRetriever):
     def _prepare(self) -> bool:
         """Check the store once; False while it is empty (or its collection does not exist)."""
         store = self._vector_store
-        if not isinstance(store, QdrantVectorStore):
-            if not self._ready:  # Edge and other stores that read MetadataFilters themselves
+        if isinstance(store, QdrantEdgeVectorStore):
+            if not self._ready:
                 self._check_counts(store.count(), store.count(filters=self._dated_filters))
             return self._ready
         client = _sync_client(store)

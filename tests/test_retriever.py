@@ -583,3 +583,13 @@ async def test_a_vague_reference_takes_the_same_path_async() -> None:
     assert facts(ranking.nodes) == [RECENT[0][0], RECENT[2][0], RECENT[1][0]]
     edge = retriever_for(store_of(known_cosine_nodes(RECENT), "edge", "edge"))
     assert facts(await edge.aretrieve(vague_query(6))) == facts(ranking.nodes)
+
+
+def test_a_store_that_is_not_qdrant_is_refused_in_one_line_when_the_retriever_is_built() -> None:
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.embeddings import MockEmbedding
+
+    plain = VectorStoreIndex([], embed_model=MockEmbedding(embed_dim=4))  # SimpleVectorStore
+    with pytest.raises(TypeError, match=r"memories live in Qdrant Edge or Qdrant .* not in a "
+                                        r"SimpleVectorStore$"):
+        QdrantRecencyRetriever.from_index(plain, RecencyPolicy())
