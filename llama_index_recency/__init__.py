@@ -62,6 +62,7 @@ from llama_index_recency.scoring import (
     RecencyRanking,
 )
 from llama_index_recency.store import (
+    MemoryStoreFullError,
     MemoryStoreLockedError,
     MemoryStoreNotFoundError,
     MemoryStoreUnreachableError,
@@ -102,6 +103,7 @@ __all__ = [
     "MEMORY_EXTRACTION_PROMPT",
     "MemoryDateError",
     "MemoryResponseSynthesizer",
+    "MemoryStoreFullError",
     "MemoryStoreLockedError",
     "MemoryStoreNotFoundError",
     "MemoryStoreUnreachableError",
