@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterator, Sequence
@@ -34,6 +36,9 @@ from pydantic_core import PydanticSerializationError
 from llama_index_recency.filters import has_condition, to_edge_filter
 from llama_index_recency.memory import USER_ID_KEY
 
+logger = logging.getLogger(__name__)
+_WARNED: set[tuple[str, int, int]] = set()
+
 METADATA_FILE = "collection_metadata.json"
 """Collection metadata, JSON, kept inside the shard directory (Edge ignores foreign files)."""
 
@@ -43,8 +48,9 @@ _EDGE_CONFIG_FILE = "edge_config.json"
 _BATCH = 256
 
 SHARD_STATE_KEY = "llama_index_recency.shard"
-"""Collection-metadata key: ``{"closed": bool}``, false from a handle's first write until
-its ``close``; a shard not closed since may have write-ahead log left to replay."""
+"""Collection-metadata key: ``{"closed": bool, "points": n}``, closed false from a handle's
+first write until its ``close``, which records the point count; a shard not closed since may
+have write-ahead log left to replay, and one holding fewer points lost segment files."""
 
 # Edge writes through mmap'd files: a page the disk cannot back kills the process with
 # SIGBUS, not an error. So free space is checked before Edge touches the disk. Measured
@@ -57,6 +63,21 @@ _SPACE_HEADROOM = 8 << 20  # index pages touched in MB steps, the flush at close
 
 class MemoryStoreLockedError(RuntimeError):
     """The embedded store at a path is already open in another process or handle."""
+
+
+class MemoryStoreReadOnlyError(OSError):
+    """The embedded store is on a read-only filesystem (errno EROFS): Qdrant Edge opens a
+    shard for writing even to read it (qdrant-edge-py has no read-only load)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.EROFS, message)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+class MemoryStoreDamagedError(RuntimeError):
+    """Edge cannot load the shard: a file of it is missing, truncated or not what it wrote."""
 
 
 class MemoryStoreFullError(OSError):
@@ -297,11 +318,12 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
     def close(self) -> None:
         """Release the shard and its lock; the store is unusable afterwards. Idempotent."""
         if self._shard is not None:
+            points = self._shard.count(edge.CountRequest(exact=True)) if self._written else 0
             self._shard.close()
             self._shard = None
             if self._written:
                 try:
-                    self.update_metadata({SHARD_STATE_KEY: {"closed": True}})
+                    self.update_metadata({SHARD_STATE_KEY: {"closed": True, "points": points}})
                 except OSError:  # a full disk: the next load assumes a WAL to replay
                     pass
         self._closed = True
@@ -323,24 +345,63 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         return self._shard
 
     def _locked(self, open_shard: Any, *args: Any) -> edge.EdgeShard:
-        """``open_shard(*args)``, with Edge's lock failure as :class:`MemoryStoreLockedError`."""
+        """``open_shard(*args)``, with Edge's failures (a plain Exception with the text) as
+        :class:`MemoryStoreLockedError`, :class:`MemoryStoreReadOnlyError`,
+        :class:`MemoryStoreFullError` or, loading, :class:`MemoryStoreDamagedError`."""
+        if _read_only(self.path):
+            raise self._read_only_error() from None
         try:
             return open_shard(*args)
         except Exception as error:
-            if "WouldBlock" not in str(error):
+            text = str(error)
+            if "WouldBlock" in text:
+                raise MemoryStoreLockedError(
+                    f"the store at {self.path} is already open in another process or handle"
+                ) from None
+            if "os error 30" in text or "Read-only file system" in text:
+                raise self._read_only_error() from None
+            if "os error 28" in text or "No space left" in text:
+                raise MemoryStoreFullError(f"the disk holding the store at {self.path} is "
+                                           "full; free some space") from None
+            if open_shard is not edge.EdgeShard.load or "Permission denied" in text:
                 raise
-            raise MemoryStoreLockedError(
-                f"the store at {self.path} is already open in another process or handle"
+            raise MemoryStoreDamagedError(
+                f"the store at {self.path} is damaged: {_edge_reason(text, self.path)}; restore "
+                "it from an export or backup"
             ) from None
+
+    def _read_only_error(self) -> MemoryStoreReadOnlyError:
+        return MemoryStoreReadOnlyError(
+            f"the store at {self.path} is on a read-only filesystem, and reading it needs write "
+            "access (Qdrant Edge opens a store for writing, even to read it); remount it "
+            "read-write or copy the store to a writable disk"
+        )
+
+    def _check_points(self) -> None:
+        """Warn in one line when the shard holds fewer points than its last close recorded
+        (segment files deleted or lost: Edge loads what is left without a word)."""
+        state = self._metadata.get(SHARD_STATE_KEY) or {}
+        recorded = state.get("points") if state.get("closed") else None
+        if not isinstance(recorded, int) or self._shard is None:
+            return
+        held = self._shard.count(edge.CountRequest(exact=True))
+        if held < recorded and (self.path, held, recorded) not in _WARNED:
+            _WARNED.add((self.path, held, recorded))  # once, though a command opens twice
+            logger.warning(
+                "the store at %s holds %d of the %d memories it held when last closed: segment "
+                "files are missing; restore it from an export or backup", self.path, held, recorded)
 
     def _open(self, size: Optional[int]) -> Optional[edge.EdgeShard]:
         """Load the shard at ``path`` (maybe created by another handle since), or create it
         with vectors of ``size`` when given."""
         if os.path.exists(os.path.join(self.path, _EDGE_CONFIG_FILE)):
+            if _read_only(self.path):
+                raise self._read_only_error()
             self._check_space(self._load_needs(), "to open it (Edge maps its files into "
                               "memory and replays its write-ahead log)")
             self._shard = self._locked(edge.EdgeShard.load, self.path)
             self.dimensions = self._stored_vector_size()
+            self._check_points()
         elif size is not None:
             # One unnamed cosine vector, as QdrantVectorStore creates a collection.
             vectors = edge.EdgeVectorParams(size, edge.Distance.Cosine)
@@ -512,6 +573,20 @@ def _write_needs(points: Sequence[tuple[str, list[float], dict[str, Any]]]) -> i
 def _free_bytes(path: str) -> int:
     """Free bytes (for this user) on the filesystem that holds, or will hold, ``path``."""
     return shutil.disk_usage(_existing(path)).free
+
+
+def _read_only(path: str) -> bool:
+    """Whether the filesystem holding ``path`` is mounted read-only."""
+    try:
+        return bool(os.statvfs(_existing(path)).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _edge_reason(text: str, path: str) -> str:
+    """Edge's load failure without its wrappers, paths shown relative to the shard."""
+    reason = re.sub(r"(Service runtime error|IO Error|Can't init WAL): ", "", text)
+    return reason.replace(os.path.join(path, ""), "").replace(path, "the shard").strip()
 
 
 def _file_sizes(directory: str) -> Iterator[tuple[int, int]]:

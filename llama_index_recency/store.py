@@ -41,8 +41,10 @@ from qdrant_client import AsyncQdrantClient, QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException
 
 from llama_index_recency.edge import (
+    MemoryStoreDamagedError,
     MemoryStoreFullError,
     MemoryStoreLockedError,
+    MemoryStoreReadOnlyError,
     QdrantEdgeVectorStore,
 )
 from llama_index_recency.embeddings import EmbeddingMismatchError
@@ -71,8 +73,10 @@ __all__ = [
     "DEFAULT_COLLECTION",
     "EMBEDDING_METADATA_KEY",
     "POLICY_METADATA_KEY",
+    "MemoryStoreDamagedError",
     "MemoryStoreFullError",
     "MemoryStoreLockedError",
+    "MemoryStoreReadOnlyError",
     "MemoryStoreNotFoundError",
     "MemoryStoreUnreachableError",
     "Migration",
