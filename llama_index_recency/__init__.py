@@ -62,8 +62,11 @@ from llama_index_recency.scoring import (
     RecencyRanking,
 )
 from llama_index_recency.store import (
+    MemoryStoreDamagedError,
+    MemoryStoreFullError,
     MemoryStoreLockedError,
     MemoryStoreNotFoundError,
+    MemoryStoreReadOnlyError,
     MemoryStoreUnreachableError,
     Migration,
     close_memory_index,
@@ -107,8 +110,11 @@ __all__ = [
     "MEMORY_EXTRACTION_PROMPT",
     "MemoryDateError",
     "MemoryResponseSynthesizer",
+    "MemoryStoreDamagedError",
+    "MemoryStoreFullError",
     "MemoryStoreLockedError",
     "MemoryStoreNotFoundError",
+    "MemoryStoreReadOnlyError",
     "MemoryStoreUnreachableError",
     "MemoryWriteError",
     "Migration",

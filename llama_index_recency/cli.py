@@ -95,8 +95,11 @@ from llama_index_recency.retriever import QdrantRecencyRetriever
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 from llama_index_recency.store import (
     DEFAULT_COLLECTION,
+    MemoryStoreDamagedError,
+    MemoryStoreFullError,
     MemoryStoreLockedError,
     MemoryStoreNotFoundError,
+    MemoryStoreReadOnlyError,
     MemoryStoreUnreachableError,
     check_memory_store,
     close_memory_index,
@@ -182,7 +185,8 @@ def _describe(error: Exception) -> tuple[str, int]:
         return str(error), error.code
     if isinstance(error, (MemoryStoreLockedError, MemoryStoreNotFoundError, EmbeddingMismatchError,
                           MemoryStoreUnreachableError, MemoryWriteError, PartialWriteError,
-                          LLMError)):
+                          LLMError, MemoryStoreFullError, MemoryStoreReadOnlyError,
+                          MemoryStoreDamagedError)):
         return str(error), 1
     if isinstance(error, NotADirectoryError):
         return (f"{error.filename} is a file, not a memory store directory" if error.filename
@@ -725,6 +729,8 @@ def _partial(done: int, total: int, reason: str) -> PartialWriteError:
 def _reason(error: BaseException) -> str:
     if isinstance(error, KeyboardInterrupt):
         return "interrupted"
+    if isinstance(error, MemoryStoreFullError):  # says what it is: no class name needed
+        return str(error)
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 

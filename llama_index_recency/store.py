@@ -40,7 +40,13 @@ from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import AsyncQdrantClient, QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException
 
-from llama_index_recency.edge import MemoryStoreLockedError, QdrantEdgeVectorStore
+from llama_index_recency.edge import (
+    MemoryStoreDamagedError,
+    MemoryStoreFullError,
+    MemoryStoreLockedError,
+    MemoryStoreReadOnlyError,
+    QdrantEdgeVectorStore,
+)
 from llama_index_recency.embeddings import EmbeddingMismatchError
 from llama_index_recency.filters import has_condition, to_qdrant_filter
 from llama_index_recency.models import CALIBRATED_POLICIES
@@ -67,7 +73,10 @@ __all__ = [
     "DEFAULT_COLLECTION",
     "EMBEDDING_METADATA_KEY",
     "POLICY_METADATA_KEY",
+    "MemoryStoreDamagedError",
+    "MemoryStoreFullError",
     "MemoryStoreLockedError",
+    "MemoryStoreReadOnlyError",
     "MemoryStoreNotFoundError",
     "MemoryStoreUnreachableError",
     "Migration",

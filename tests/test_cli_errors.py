@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -593,3 +594,176 @@ def test_waiting_on_the_llm_shows_a_spinner_with_the_elapsed_time(store_with_a_m
                 embed_model=embed) == 1
     out = capsys.readouterr().out
     assert "waiting for the LLM (B format)" in out and "0:00:0" in out
+
+
+# --- issue 16, item 3: a full disk is one line with the count, never a SIGBUS ---------------
+
+
+def test_a_full_disk_stops_before_edge_writes_says_what_was_stored_and_a_rerun_completes(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """Edge writes through mmap'd files, where a disk that cannot back a page is SIGBUS:
+    free space is checked before each batch. Here the disk fills after the first 64."""
+    from llama_index_recency.edge import QdrantEdgeVectorStore
+
+    path, store = bulk_file(tmp_path), str(tmp_path / "store")
+    cosines = {memory_node(f, d).get_content(): 0.5 for f, d in BULK}
+    real_usage, free = shutil.disk_usage, [1 << 40]
+    monkeypatch.setattr(shutil, "disk_usage",
+                        lambda p: real_usage(p)._replace(free=free[0]))
+    real_add = QdrantEdgeVectorStore.add
+
+    def add_then_fill(self, nodes, **kwargs):  # type: ignore[no-untyped-def]
+        ids = real_add(self, nodes, **kwargs)
+        free[0] = 0
+        return ids
+
+    monkeypatch.setattr(QdrantEdgeVectorStore, "add", add_then_fill)
+    argv = ["add", "--file", str(path), "--store", store]
+    assert main(argv, embed_model=KnownCosineEmbedding(cosines)) == 1
+    line = error_line(capsys.readouterr().err)
+    shard = os.path.join(store, "edge", "memories")
+    assert line.startswith("error: stored 64 of 100 memories; 36 not stored: the disk holding "
+                           f"the store at {shard} is full: 0.0 MB free, about ")
+    assert line.endswith(" needed to write 36 more; free some space (or move the store to a "
+                         "larger disk); rerun the same command to store the rest")
+    assert main(["list", "--store", store]) == 1  # reading maps the files too
+    line = error_line(capsys.readouterr().err)
+    assert f"the disk holding the store at {shard} is full: 0.0 MB free" in line
+    assert "needed to open it" in line
+    monkeypatch.setattr(QdrantEdgeVectorStore, "add", real_add)
+    free[0] = 1 << 40
+    assert main(argv, embed_model=KnownCosineEmbedding(cosines)) == 0
+    assert capsys.readouterr().out == (
+        f"stored 36 new memories, 64 already stored (100 in total) in {store}\n")
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """An 8 MB tmpfs (or the size given as the parameter) when this process may mount one
+    (root, and a kernel that lets it); skipped otherwise."""
+    disk, size = tmp_path / "disk", getattr(request, "param", "8m")
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)],
+                             capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def run_isolated(argv: list[str], embed_model: object = None) -> tuple[int, str]:
+    """``main`` in a forked child, so that a SIGBUS kills the child only: (exit code or
+    minus the signal, stderr)."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - reported through the pipe
+        os.close(read)
+        sys.stderr = io.StringIO()
+        code = main(argv, embed_model=embed_model)  # type: ignore[arg-type]
+        os.write(write, json.dumps([code, sys.stderr.getvalue()]).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        reported = pipe.read()
+    _, status = os.waitpid(child, 0)
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status), ""
+    code, err = json.loads(reported)
+    return code, err
+
+
+def test_filling_a_real_tmpfs_is_one_line_with_the_count_and_list_is_no_sigbus(
+        small_tmpfs: Path, tmp_path: Path) -> None:
+    memories = [(f"The user noted thing number {i}.", "2026-09-01") for i in range(1000)]
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps({"memories": [{"fact": f, "date": d} for f, d in memories]}),
+                    "utf-8")
+    embed = KnownCosineEmbedding({memory_node(f, d).get_content(): 0.5 for f, d in memories})
+    store = str(small_tmpfs / "store")
+    code, err = run_isolated(["add", "--file", str(path), "--store", store], embed)
+    assert code == 1, f"killed by signal {-code}" if code < 0 else err
+    line = error_line(err)
+    assert line.startswith("error: stored ") and " of 1000 memories; " in line
+    assert f"the disk holding the store at {store}" in line and " is full: " in line
+    code, err = run_isolated(["list", "--store", store])
+    assert code in (0, 1), f"killed by signal {-code}"
+    if code == 1:
+        assert "is full" in error_line(err)
+
+
+# --- issue 16, item 14: read-only, damaged and incomplete stores ---------------------------
+
+
+class ReadOnlyStatvfs:
+    """``os.statvfs`` as a read-only mount reports it."""
+
+    def __init__(self, real: os.statvfs_result) -> None:
+        self._real = real
+        self.f_flag = real.f_flag | os.ST_RDONLY
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._real, name)
+
+
+@pytest.mark.parametrize("argv", [["list"], ["ask", QUESTION]], ids=["list", "ask"])
+def test_a_store_on_a_read_only_filesystem_is_one_line_naming_it(
+        argv: list[str], store_with_a_memory, monkeypatch, capsys) -> None:
+    """qdrant-edge-py has no read-only load: Edge opens a shard for writing even to read."""
+    store, embed = store_with_a_memory
+    capsys.readouterr()
+    real = os.statvfs
+    monkeypatch.setattr(os, "statvfs", lambda path: ReadOnlyStatvfs(real(path)))
+    assert main([*argv, "--store", store], embed_model=embed) == 1
+    shard = os.path.join(store, "edge", "memories")
+    assert error_line(capsys.readouterr().err) == (
+        f"error: the store at {shard} is on a read-only filesystem, and reading it needs write "
+        "access (Qdrant Edge opens a store for writing, even to read it); remount it "
+        "read-write or copy the store to a writable disk")
+
+
+@pytest.mark.parametrize("small_tmpfs", ["64m"], indirect=True)
+def test_a_really_read_only_mount_is_the_same_line(small_tmpfs: Path) -> None:
+    store, embed = str(small_tmpfs / "store"), embedding_for(MEMORY)
+    assert run_isolated(["add", MEMORY[0], "--date", MEMORY[1], "--store", store], embed)[0] == 0
+    subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
+    code, err = run_isolated(["list", "--store", store])
+    assert code == 1
+    assert "is on a read-only filesystem, and reading it needs write access" in error_line(err)
+
+
+@pytest.mark.parametrize("damage, reason", [
+    (lambda shard: next(shard.glob("segments/*/segment.json")).write_text("garbage"),
+     "Failed to deserialize segments/"),
+    (lambda shard: (shard / "edge_config.json").write_text("{"),
+     "Failed to deserialize edge_config.json: EOF while parsing an object"),
+], ids=["segment state", "edge config"])
+def test_a_damaged_store_is_one_line_naming_it_and_what_is_wrong(
+        damage, reason: str, store_with_a_memory, capsys) -> None:
+    store, _ = store_with_a_memory
+    shard = Path(store) / "edge" / "memories"
+    damage(shard)
+    capsys.readouterr()
+    assert main(["list", "--store", store]) == 1
+    line = error_line(capsys.readouterr().err)
+    assert line.startswith(f"error: the store at {shard} is damaged: ")
+    assert reason in line and "Service runtime error" not in line
+    assert line.endswith("; restore it from an export or backup")
+
+
+def test_a_store_missing_its_segments_warns_in_one_line(tmp_path: Path, capsys,
+                                                        caplog) -> None:
+    """Edge loads what the WAL still holds without a word; the count at the last close tells."""
+    store = str(tmp_path / "store")
+    tea = ("The user likes tea.", "2026-09-01")
+    embed = embedding_for(MEMORY, tea)
+    for fact, day in (MEMORY, tea):
+        assert main(["add", fact, "--date", day, "--store", store], embed_model=embed) == 0
+    shutil.rmtree(Path(store) / "edge" / "memories" / "segments")
+    capsys.readouterr()
+    assert main(["list", "--store", store]) == 0
+    assert "1 memory in" in capsys.readouterr().out
+    assert caplog.messages == [  # once, though list opens the store twice
+        f"the store at {store}/edge/memories holds 1 of the 2 memories it held when last "
+        "closed: segment files are missing; restore it from an export or backup"]
