@@ -164,12 +164,14 @@ def calibrate_gate(
 def check_gate(
     index: VectorStoreIndex,
     policy: Optional[RecencyPolicy] = None,
-    **kwargs: object,
+    *,
+    max_bring_up: float = MAX_BRING_UP,
+    user_id: Optional[str] = None,
 ) -> Optional[str]:
     """A one-line warning when the store's threshold lets more than ``max_bring_up`` of the
     off-topic bank in (its headroom fell under zero as memories accumulated), else None."""
     policy = policy or index_policy(index)
-    fit = calibrate_gate(index, policy, **kwargs)  # type: ignore[arg-type]
+    fit = calibrate_gate(index, policy, max_bring_up=max_bring_up, user_id=user_id)
     if fit.headroom(policy.threshold) >= 0:
         return None
     return (
