@@ -32,6 +32,7 @@ from llama_index_recency.embeddings import (
     EmbeddingMismatchError,
     FallbackEmbedding,
 )
+from llama_index_recency.events import MemoryRankingEvent, MemoryRankingRow
 from llama_index_recency.examples import (
     EXAMPLE_REFERENCE_DATE,
     ExampleQuestion,
@@ -71,6 +72,7 @@ from llama_index_recency.store import (
     Migration,
     close_memory_index,
     count_memories,
+    aget_memories,
     get_memories,
     index_policy,
     migrate_store,
@@ -78,7 +80,7 @@ from llama_index_recency.store import (
     open_memory_store,
     save_policy,
 )
-from llama_index_recency.updates import forget, insert_memories
+from llama_index_recency.updates import aforget, forget, insert_memories
 from llama_index_recency.vague import (
     VAGUE_REFERENCE_PATTERNS,
     VAGUE_WINDOW_DAYS,
@@ -106,6 +108,8 @@ __all__ = [
     "ExampleQuestion",
     "FallbackEmbedding",
     "GateFit",
+    "MemoryRankingEvent",
+    "MemoryRankingRow",
     "HitFreeMax",
     "MEMORY_EXTRACTION_PROMPT",
     "MemoryDateError",
@@ -151,6 +155,8 @@ __all__ = [
     "fit_policy",
     "fit_threshold",
     "forget",
+    "aforget",
+    "aget_memories",
     "get_memories",
     "index_policy",
     "insert_memories",

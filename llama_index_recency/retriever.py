@@ -30,6 +30,7 @@ from qdrant_client import models
 
 from llama_index_recency.cohort import QueryScale, relevance_cohort
 from llama_index_recency.edge import QdrantEdgeVectorStore
+from llama_index_recency.events import dispatch_ranking
 from llama_index_recency.filters import to_qdrant_filter
 from llama_index_recency.memory import USER_ID_KEY, SeveralUsersWarning
 from llama_index_recency.past import points_to_past
@@ -106,19 +107,30 @@ class QdrantRecencyRetriever(BaseRetriever):
         """The ranking behind :meth:`retrieve`: every memory seen that could pass, with its numbers.
 
         Its ``nodes`` are what :meth:`retrieve` returns; its rows are what
-        ``RecencyBonusPostprocessor.explain`` shows for the same candidates.
+        ``RecencyBonusPostprocessor.explain`` shows for the same candidates. Each ranking is
+        also dispatched as a :class:`~llama_index_recency.events.MemoryRankingEvent`.
         """
         bundle = _bundle(query)
-        if not self._prepare():
-            return RecencyRanking(rows=(), nodes=(), relevance=self._policy.relevance)
-        vector = self._embed(bundle)
-        return self._drive(self._plan(bundle), vector, self._scale(vector))
+        ranking = self._explain(bundle)
+        dispatch_ranking(self._policy_for(bundle), ranking)
+        return ranking
 
     async def aexplain(self, query: QueryType) -> RecencyRanking:
         """Async :meth:`explain`. Without an async client (Edge, qdrant-client's local mode)
         the searches run inline, as those engines' own async methods do; the question is
         still embedded asynchronously."""
         bundle = _bundle(query)
+        ranking = await self._aexplain(bundle)
+        dispatch_ranking(self._policy_for(bundle), ranking)
+        return ranking
+
+    def _explain(self, bundle: QueryBundle) -> RecencyRanking:
+        if not self._prepare():
+            return RecencyRanking(rows=(), nodes=(), relevance=self._policy.relevance)
+        vector = self._embed(bundle)
+        return self._drive(self._plan(bundle), vector, self._scale(vector))
+
+    async def _aexplain(self, bundle: QueryBundle) -> RecencyRanking:
         empty = RecencyRanking(rows=(), nodes=(), relevance=self._policy.relevance)
         if not _has_async_client(self._vector_store):
             vector = await self._aembed(bundle)

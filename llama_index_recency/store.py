@@ -35,7 +35,12 @@ import httpx
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode
-from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+)
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import AsyncQdrantClient, QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException
@@ -50,7 +55,8 @@ from llama_index_recency.edge import (
 from llama_index_recency.embeddings import EmbeddingMismatchError
 from llama_index_recency.filters import has_condition, to_qdrant_filter
 from llama_index_recency.models import CALIBRATED_POLICIES
-from llama_index_recency.scoring import RecencyPolicy
+from llama_index_recency.memory import USER_ID_KEY
+from llama_index_recency.scoring import RecencyPolicy, parse_memory_date
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +90,7 @@ __all__ = [
     "close_memory_index",
     "count_memories",
     "delete_memories",
+    "aget_memories",
     "get_memories",
     "has_saved_policy",
     "index_policy",
@@ -305,9 +312,36 @@ def get_memories(
     index: MemoryStore,
     ids: Optional[Sequence[str]] = None,
     filters: Optional[MetadataFilters] = None,
+    *,
+    user_id: Optional[str] = None,
 ) -> list[BaseNode]:
-    """The memories with these ids AND matching ``filters`` (neither: all), embeddings included."""
-    return select_nodes(vector_store_of(index), ids, filters)
+    """The memories with these ids AND matching ``filters`` AND of ``user_id`` (none given:
+    all), newest first (undated last), embeddings included."""
+    if user_id is not None:
+        mine = MetadataFilter(key=USER_ID_KEY, operator=FilterOperator.EQ, value=user_id)
+        scoped = [filters] if filters is not None and has_condition(filters) else []
+        filters = MetadataFilters(filters=[mine, *scoped])
+    return sorted(select_nodes(vector_store_of(index), ids, filters), key=_newest_first)
+
+
+async def aget_memories(
+    index: MemoryStore,
+    ids: Optional[Sequence[str]] = None,
+    filters: Optional[MetadataFilters] = None,
+    *,
+    user_id: Optional[str] = None,
+) -> list[BaseNode]:
+    """Async :func:`get_memories`, run in a thread (Edge has no async API and holds the GIL
+    only per call)."""
+    return await asyncio.to_thread(get_memories, index, ids, filters, user_id=user_id)
+
+
+def _newest_first(node: BaseNode) -> tuple[int, float, str]:
+    try:
+        stamp = parse_memory_date(node.metadata.get("date")).timestamp()
+    except ValueError:
+        return (1, 0.0, node.node_id)
+    return (0, -stamp, node.node_id)
 
 
 def select_nodes(

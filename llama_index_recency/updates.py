@@ -10,6 +10,8 @@ cannot surface an update whose cosine is far below the fact it replaced; the lin
 
 from __future__ import annotations
 
+import asyncio
+
 import threading
 from collections.abc import Generator, Sequence
 from dataclasses import replace
@@ -110,6 +112,19 @@ def forget(
                          f"filters={filters!r}; it never deletes everything")
     with _LINKS:
         return _forget(index, ids, scope)
+
+
+async def aforget(
+    index: MemoryStore,
+    ids: Optional[Sequence[str]] = None,
+    *,
+    user_id: Optional[str] = None,
+    before: Optional[date | datetime | str] = None,
+    filters: Optional[MetadataFilters] = None,
+) -> int:
+    """Async :func:`forget`, run in a thread (the store's calls are blocking)."""
+    return await asyncio.to_thread(forget, index, ids, user_id=user_id, before=before,
+                                   filters=filters)
 
 
 def _forget(index: MemoryStore, ids: Optional[Sequence[str]],

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from llama_index.core.instrumentation import get_dispatcher
+
 from llama_index_recency.cli import main
 
 from conftest import OpenAIServer, ToolCall
@@ -62,6 +64,8 @@ def test_the_readme_has_snippets() -> None:
 
 def test_python_snippets_run_in_order(readme_env: OpenAIServer) -> None:
     namespace: dict[str, object] = {"__name__": "__readme__"}
+    root = get_dispatcher()
+    handlers = list(root.event_handlers)  # the Tracing snippet adds one: not for other tests
     for number, code in enumerate(blocks("python"), start=1):
         # An agent's turn gets a text answer; a writer's request gets a record_memories call.
         readme_env.replies = [ANSWER] if "FunctionAgent" in code else []
@@ -70,6 +74,11 @@ def test_python_snippets_run_in_order(readme_env: OpenAIServer) -> None:
             exec(compile(code, f"README.md python block {number}", "exec"), namespace)
         except Exception as error:  # name the block that broke
             raise AssertionError(f"README python block {number} failed: {error!r}\n{code}") from error
+        finally:
+            traced = [h for h in root.event_handlers if h not in handlers]
+            root.event_handlers[:] = handlers
+        if "MemoryTrace" in code:
+            assert traced, "the Tracing snippet registers its handler"
     assert readme_env.rejected == []
     # The agent example's turn carries the memory block (its policy fixes "today").
     agent_turns = [json.dumps(r, ensure_ascii=False) for r in readme_env.requests

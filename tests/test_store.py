@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -257,3 +258,25 @@ def test_the_saved_policy_is_read_through_an_async_only_client_too(tmp_path: Pat
     index = open_memory_index(embed(), path=tmp_path, use_async=True)  # local mode: async only
     save_policy(index, RecencyPolicy(weight=0.02, tau_days=30, threshold=0.83))
     assert index_policy(index).threshold == 0.83  # not the seed's 0.45 by a silent fallback
+
+
+def test_get_memories_of_one_user_newest_first_and_the_async_twins(tmp_path) -> None:
+    from llama_index_recency import aforget, aget_memories, get_memories
+
+    embed = KnownCosineEmbedding({memory_node(f"Fact {i}.", d, user_id=u).get_content(): 0.5
+                                  for i, (d, u) in enumerate(DAYS_USERS)})
+    index = open_memory_index(embed, path=tmp_path / "store")
+    index.insert_nodes([memory_node(f"Fact {i}.", d, user_id=u)
+                        for i, (d, u) in enumerate(DAYS_USERS)])
+    taro = get_memories(index, user_id="taro")
+    assert [n.metadata["date"] for n in taro] == ["2026-09-09", "2026-09-01", "2026-08-20"]
+    assert {n.metadata["user_id"] for n in taro} == {"taro"}
+    assert [n.node_id for n in asyncio.run(aget_memories(index, user_id="taro"))] == [
+        n.node_id for n in taro]
+    assert get_memories(index, user_id="nobody") == []
+    assert asyncio.run(aforget(index, user_id="hanako")) == 1
+    assert len(get_memories(index)) == 3
+
+
+DAYS_USERS = [("2026-09-01", "taro"), ("2026-08-20", "taro"), ("2026-09-09", "taro"),
+              ("2026-09-05", "hanako")]

@@ -1,0 +1,83 @@
+"""Every ranking reaches an app's LlamaIndex instrumentation as one MemoryRankingEvent."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import QUERY, KnownCosineEmbedding
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+
+from llama_index_recency import (
+    MemoryRankingEvent,
+    QdrantRecencyRetriever,
+    RecencyPolicy,
+    memory_node,
+    open_memory_index,
+)
+
+BLACK = ("Taro drinks his coffee black.", "2026-08-20")
+CAFE = ("Taro has been drinking sweet café au lait lately.", "2026-09-01")
+POLICY = RecencyPolicy(threshold=0.45, reference_date="2026-09-10")
+
+
+class Collect(BaseEventHandler):
+    """Keeps the MemoryRankingEvents it is sent."""
+
+    events: list[Any] = []
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "Collect"
+
+    def handle(self, event: Any, **kwargs: Any) -> None:
+        if isinstance(event, MemoryRankingEvent):
+            self.events.append(event)
+
+
+@pytest.fixture
+def collected() -> Iterator[list[MemoryRankingEvent]]:
+    handler = Collect(events=[])
+    root = get_dispatcher()
+    root.add_event_handler(handler)
+    try:
+        yield handler.events
+    finally:
+        root.event_handlers.remove(handler)
+
+
+@pytest.fixture
+def retriever() -> QdrantRecencyRetriever:
+    cosines = {memory_node(*BLACK).get_content(): 0.471, memory_node(*CAFE).get_content(): 0.441}
+    index = open_memory_index(KnownCosineEmbedding(cosines))
+    index.insert_nodes([memory_node(*BLACK), memory_node(*CAFE)])
+    return QdrantRecencyRetriever.from_index(index, POLICY)
+
+
+def test_one_event_per_retrieve_with_the_policy_and_unrounded_rows(retriever, collected) -> None:
+    nodes = retriever.retrieve(QUERY)
+    assert len(collected) == 1
+    (event,) = collected
+    assert event.policy == POLICY and event.vague is False
+    explained = retriever.explain(QUERY)  # explain is a ranking too: a second event
+    assert len(collected) == 2
+    assert [(r.node_id, r.raw, r.bonus, r.final, r.verdict) for r in event.rows] == [
+        (r.node_id, r.raw, r.bonus, r.final, r.reason) for r in explained.rows]
+    assert [r.node_id for r in event.rows if r.verdict == "kept"] == [n.node.node_id
+                                                                     for n in nodes]
+    # The seed's C1 table: black 0.471 + 0.011 = 0.482, café au lait 0.441 + 0.026 = 0.467.
+    assert [(round(r.raw, 3), round(r.bonus, 3), round(r.final, 3)) for r in event.rows] == [
+        (0.471, 0.011, 0.482), (0.441, 0.026, 0.467)]
+
+
+async def test_one_event_per_aretrieve(retriever, collected) -> None:
+    await retriever.aretrieve(QUERY)
+    assert len(collected) == 1 and len(collected[0].rows) == 2
+
+
+def test_an_empty_store_still_dispatches_its_empty_ranking(collected) -> None:
+    index = open_memory_index(KnownCosineEmbedding({"x": 0.5}))
+    QdrantRecencyRetriever.from_index(index, POLICY).retrieve(QUERY)
+    assert len(collected) == 1 and collected[0].rows == []
