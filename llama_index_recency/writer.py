@@ -4,13 +4,16 @@ The seed's pipeline: conversation → pick memory candidates → summarize each 
 sentence → fill in the explicit subject → attach the date → embed → store in Qdrant.
 One structured LLM call per bounded part of the conversation does the first two steps;
 every answer is validated and turned into nodes before anything is written, so a failure
-stores nothing.
+(of the LLM, of its answer, of the embedding) stores nothing. An invalid proposed fact is
+not a failure of the conversation: it is left out, named in one warning, and the valid
+facts are stored; only when no proposed fact is valid does the write fail.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import weakref
 from collections.abc import Sequence
@@ -44,6 +47,8 @@ from llama_index_recency.prompts import (
 )
 from llama_index_recency.updates import check_link, insert_memories, memory_scope
 
+logger = logging.getLogger(__name__)
+
 Role = Literal["user", "assistant"]
 
 MemoryDate = date | datetime | str | None
@@ -63,7 +68,11 @@ EXTRACTION_TOOL = "record_memories"
 
 
 class MemoryWriteError(RuntimeError):
-    """Memories could not be made from a conversation; nothing was stored."""
+    """Memories could not be made from a conversation; nothing was stored.
+
+    Raised when the LLM call fails, its answer is malformed (not a JSON object, no
+    ``memories`` field, off the schema), or it proposed facts and none of them is valid.
+    """
 
 
 @dataclass(frozen=True)
@@ -200,11 +209,12 @@ def extract_memories(
     that answers in text anyway, is read as a JSON object. A conversation longer than
     :data:`MAX_CHUNK_CHARS` takes one request per part. With ``index``, each request also
     shows the user's :data:`RELATED_MEMORIES` most similar existing memories, and a fact
-    that updates some of them gets their ids in ``supersedes``. Raises
-    :class:`MemoryWriteError` when a call fails, an answer is not :class:`ExtractedMemories`,
-    or any proposed fact is invalid (a non-user turn, no explicit subject, more than one
-    line, an instruction to the assistant, too long, an update of a memory not shown or of
-    another user's).
+    that updates some of them gets their ids in ``supersedes``. An invalid proposed fact (a
+    non-user turn, no explicit subject, more than one line, an instruction to the
+    assistant, too long, an update of a memory not shown or of another user's) is left out
+    and named, with its turn and the reason, in one warning on this module's logger; the
+    valid ones are returned. Raises :class:`MemoryWriteError` when a call fails, an answer
+    is not :class:`ExtractedMemories`, or facts were proposed and none is valid.
     """
     job = _Job.start(turns, memory_date, user_name, user_id, prompt)
     related = [_related(index, job, part) for part in job.parts]
@@ -247,8 +257,9 @@ def remember(
     is shown) to one user. Ids come from (user,) date and fact, so remembering the same
     conversation twice stores each memory once. Every part of a long conversation is
     extracted and all nodes are embedded in one batch before the single write, so an LLM
-    or embedding failure stores nothing. A fact that updates existing memories is stored
-    with ``supersedes`` and marks them ``superseded_by`` (they are kept).
+    or embedding failure stores nothing; invalid proposed facts are left out (one warning)
+    and the valid ones stored (see :func:`extract_memories`). A fact that updates existing
+    memories is stored with ``supersedes`` and marks them ``superseded_by`` (they are kept).
     """
     nodes = extract_memories(turns, llm, memory_date=memory_date, user_name=user_name,
                              user_id=user_id, index=index, prompt=prompt)
@@ -372,7 +383,11 @@ class _Job:
 
     def nodes(self, answers: Sequence[ExtractedMemories],
               related: Sequence[Sequence[BaseNode]]) -> list[TextNode]:
-        """Validate every candidate of every part, then build the nodes; any problem rejects all."""
+        """Validate every candidate of every part and build the valid ones' nodes.
+
+        Invalid candidates are left out and named (turn, fact, reason) in one warning; when
+        candidates were proposed and none is valid, :class:`MemoryWriteError` names them all.
+        """
         problems = []
         nodes: dict[str, TextNode] = {}
         for part, answer, shown in zip(self.parts, answers, related, strict=True):
@@ -391,13 +406,17 @@ class _Job:
                     for label in candidate.updates:
                         check_link(node, labels[label])
                 except ValueError as problem:
-                    problems.append(f"{_quoted(candidate.fact)}: {problem}")
+                    problems.append(f"turn {candidate.turn}, {_quoted(candidate.fact)}: {problem}")
                     continue
                 nodes.setdefault(node.node_id, node)  # the same fact twice is one memory
-        if problems:
+        if problems and not nodes:
             raise MemoryWriteError(
-                "the LLM proposed invalid memories, so nothing was stored: " + "; ".join(problems)
+                "the LLM proposed no valid memory, so nothing was stored: " + "; ".join(problems)
             )
+        if problems:
+            logger.warning("the LLM proposed %d invalid memor%s, left out (the %d valid kept): %s",
+                           len(problems), "y" if len(problems) == 1 else "ies", len(nodes),
+                           "; ".join(problems))
         return list(nodes.values())
 
 

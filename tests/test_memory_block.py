@@ -220,6 +220,25 @@ async def test_a_failed_extraction_keeps_the_messages_and_retries(openai_server,
     assert count_memories(index) == 1
 
 
+async def test_a_partly_invalid_answer_is_written_not_retried(openai_server, caplog) -> None:
+    """One valid fact and one from the assistant's turn: the valid one is stored, the other
+    named in the writer's warning, and nothing is kept for a retry that would fail again."""
+    openai_server.reply = ToolCall("record_memories", {"memories": [
+        *FACTS["memories"], {"turn": 2, "kind": "event", "fact": "The user was told it is noted."}]})
+    index = tea_index()
+    block = RecencyMemoryBlock(index=index, llm=extraction_llm(openai_server), user_id="hanako",
+                               user_name="Hanako")
+    with caplog.at_level(logging.WARNING, logger="llama_index_recency"):
+        await block.aput(TALK)
+        assert await block.await_writes() == 0
+    assert block.pending_retries == 0 and len(openai_server.requests) == 1
+    (stored,) = get_memories(index)
+    assert stored.get_content().endswith("Hanako likes green tea.")
+    (record,) = caplog.records
+    assert record.name == "llama_index_recency.writer"
+    assert "turn 2, 'The user was told it is noted.': turn 2 is not a user turn" in record.getMessage()
+
+
 def test_remember_session_writes_the_whole_session_at_its_end(openai_server) -> None:
     openai_server.reply = ToolCall("record_memories", FACTS)
     index = tea_index()
