@@ -39,7 +39,7 @@ from llama_index_recency.examples import (
     example_questions,
 )
 from llama_index_recency.gate import GateFit, calibrate_gate, check_gate
-from llama_index_recency.memory import memory_node
+from llama_index_recency.memory import FutureMemoryDateError, memory_node
 from llama_index_recency.memory_block import RecencyMemoryBlock
 from llama_index_recency.models import (
     CALIBRATED_POLICIES,
@@ -105,6 +105,7 @@ __all__ = [
     "EmbeddingMismatchError",
     "ExampleQuestion",
     "FallbackEmbedding",
+    "FutureMemoryDateError",
     "GateFit",
     "HitFreeMax",
     "MEMORY_EXTRACTION_PROMPT",
