@@ -107,7 +107,7 @@ def _example_set(name: str, language: str, data: dict[str, Any]) -> ExampleSet:
     nodes = tuple(
         # English facts say "The user", which memory_node replaces; Japanese ones say ユーザー.
         memory_node(item["fact"].replace(JA_SUBJECT, user), item["date"], user_name=user,
-                    metadata={"key": item["key"]})
+                    metadata={"key": item["key"]}, reference_date=data["reference_date"])
         for item in data["memories"]
     )
     questions = tuple(

@@ -143,7 +143,8 @@ def _nodes(vectors: np.ndarray, ages: np.ndarray) -> list:
     nodes = []
     for row, (vector, age) in enumerate(zip(vectors, ages, strict=True)):
         when = REFERENCE - timedelta(seconds=round(float(age) * 86_400))
-        node = memory_node(f"Memory number {row}.", when, metadata={"row": row})
+        node = memory_node(f"Memory number {row}.", when, metadata={"row": row},
+                           reference_date=REFERENCE)
         node.embedding = vector.tolist()
         nodes.append(node)
     return nodes

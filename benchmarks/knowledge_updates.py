@@ -106,7 +106,8 @@ class Memory:
         metadata: dict[str, Any] = {"key": self.key}
         if supersedes:
             metadata[SUPERSEDES_KEY] = list(supersedes)
-        return memory_node(self.fact, self.date.isoformat(), metadata=metadata)
+        # Not after the set's reference date (checked when the set is loaded), not the machine's.
+        return memory_node(self.fact, self.date.isoformat(), metadata=metadata, allow_future=True)
 
     @property
     def node_id(self) -> str:
@@ -289,7 +290,8 @@ def calibrate_model(embed: BaseEmbedding) -> Calibrated:
         memories = _bundled(f"memories{suffix}.json")
         questions = _bundled(f"questions{suffix}.json")
         nodes = [memory_node(m["fact"], m["date"], user_name=memories["user_name"],
-                             metadata={"key": m["key"]}) for m in memories["memories"]]
+                             metadata={"key": m["key"]}, reference_date=reference)
+                 for m in memories["memories"]]
         labelled = [ExampleQuestion(q["id"], q["kind"], q["text"], tuple(q["targets"]))
                     for q in questions["questions"] if len(q["targets"]) <= 1]
         texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]

@@ -22,7 +22,8 @@ def main() -> None:
     today = date(2026, 9, 10)
     nodes = [
         NodeWithScore(
-            node=memory_node(f"Taro did thing number {i}.", today - timedelta(days=3 * i)),
+            node=memory_node(f"Taro did thing number {i}.", today - timedelta(days=3 * i),
+                             reference_date=today),
             score=0.5 - 0.01 * i,
         )
         for i in range(CANDIDATES)

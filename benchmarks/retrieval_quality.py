@@ -164,7 +164,8 @@ class Embedder:
 
     def embed(self, store: Store) -> None:
         store.vectors = self.texts(store.name + store.source, [
-            memory_node(text, day).get_content(metadata_mode="embed")  # type: ignore[arg-type]
+            memory_node(text, day, reference_date=store.reference).get_content(
+                metadata_mode="embed")  # type: ignore[arg-type]
             for day, text, _ in store.memories], query=False)
         store.question_vectors = self.texts(store.name + store.source,
                                             [q for q, _, _ in store.questions], query=True)

@@ -40,7 +40,7 @@ from llama_index_recency.examples import (
     example_questions,
 )
 from llama_index_recency.gate import GateFit, calibrate_gate, check_gate
-from llama_index_recency.memory import memory_node
+from llama_index_recency.memory import FutureMemoryDateError, memory_node
 from llama_index_recency.memory_block import RecencyMemoryBlock
 from llama_index_recency.models import (
     CALIBRATED_POLICIES,
@@ -107,6 +107,7 @@ __all__ = [
     "EmbeddingMismatchError",
     "ExampleQuestion",
     "FallbackEmbedding",
+    "FutureMemoryDateError",
     "GateFit",
     "MemoryRankingEvent",
     "MemoryRankingRow",

@@ -78,7 +78,13 @@ from llama_index_recency.gate import (
     check_gate,
     offtopic_questions,
 )
-from llama_index_recency.memory import USER_ID_KEY, control_character, memory_node
+from llama_index_recency.memory import (
+    USER_ID_KEY,
+    FutureMemoryDateError,
+    check_not_future,
+    control_character,
+    memory_node,
+)
 from llama_index_recency.models import (
     COHORT_POLICY,
     LLM_BASE_URL_ENV,
@@ -340,6 +346,9 @@ def _parser() -> argparse.ArgumentParser:
     add.add_argument("--file", type=Path, default=None,
                      help="UTF-8 JSON (a BOM is fine) like the bundled memories.json: "
                      "{'memories': [{'fact', 'date', 'key'}], 'user_name'}")
+    add.add_argument("--allow-future", action="store_true",
+                     help="store memories dated after tomorrow (refused by default: such a "
+                     "memory keeps the full recency bonus until its date)")
     add.set_defaults(run=_add)
 
     ask = commands.add_parser(
@@ -376,6 +385,8 @@ def _parser() -> argparse.ArgumentParser:
                                   "with this name")
     _user_option(remember_command, "store the facts as this user's (and show the LLM only "
                  "this user's memories)")
+    remember_command.add_argument("--allow-future", action="store_true",
+                                  help="accept a --date after tomorrow (refused by default)")
     _timeout_option(remember_command)
     remember_command.set_defaults(run=_remember)
 
@@ -1073,10 +1084,10 @@ def _add(args: argparse.Namespace, session: _Session) -> int:
     if (args.fact is None) == (args.file is None):
         raise CommandError("give either a FACT or --file")
     if args.file is not None:
-        nodes = _file_memories(args.file, args.user_name, args.user)
+        nodes = _file_memories(args.file, args.user_name, args.user, args.allow_future)
     else:
         nodes = [_memory(args.fact, args.date or date.today(), args.key, args.user_name,
-                         args.user, "the memory")]
+                         args.user, "the memory", args.allow_future)]
     location = _Location.of(args, default_store_path())
     with session.store(args.model, location, writes=True) as index:
         written = session.insert(index, nodes)
@@ -1102,6 +1113,11 @@ def _gate_warning(session: _Session, index: VectorStoreIndex) -> str | None:
 def _remember(args: argparse.Namespace, session: _Session) -> int:
     """Extract durable facts from a transcript with the LLM and store them."""
     turns = _transcript(args.transcript)
+    if args.date is not None and not args.allow_future:
+        try:
+            check_not_future(args.date)
+        except FutureMemoryDateError as error:
+            raise CommandError(_future_date(error)) from None
     if not os.environ.get(LLM_BASE_URL_ENV):
         raise CommandError(f"remember needs an LLM: set {LLM_BASE_URL_ENV}")
     llm = openai_like_llm(timeout=args.llm_timeout, max_retries=LLM_RETRIES)
@@ -1111,7 +1127,7 @@ def _remember(args: argparse.Namespace, session: _Session) -> int:
         with session.timings.stage("extraction (LLM) and storing"), \
                 _waiting(session.console, "extracting memories"):
             stored = remember(turns, index, llm, memory_date=args.date, user_name=args.user_name,
-                              user_id=args.user)
+                              user_id=args.user, allow_future=args.allow_future)
         total = count_memories(index)
         warning = _gate_warning(session, index)
     for node in stored:
@@ -1265,7 +1281,8 @@ def _read_json(path: Path, what: str) -> Any:
                            f"{error.lineno} column {error.colno}") from None
 
 
-def _file_memories(path: Path, user_name: str | None, user_id: str | None) -> list[TextNode]:
+def _file_memories(path: Path, user_name: str | None, user_id: str | None,
+                   allow_future: bool = False) -> list[TextNode]:
     """Every memory of an ``add --file`` JSON file, all validated before anything is stored."""
     data = _read_json(path, "memory file")
     if not isinstance(data, dict) or not isinstance(data.get("memories"), list):
@@ -1275,11 +1292,13 @@ def _file_memories(path: Path, user_name: str | None, user_id: str | None) -> li
     if user_name is not None and not isinstance(user_name, str):
         raise CommandError(f'memory file {path}: "user_name" must be a string, got '
                            f"{json.dumps(user_name)}")
-    return [_file_memory(item, f"memory file {path}, memory {number}", user_name, user_id)
+    return [_file_memory(item, f"memory file {path}, memory {number}", user_name, user_id,
+                         allow_future)
             for number, item in enumerate(data["memories"], start=1)]
 
 
-def _file_memory(item: Any, where: str, user_name: str | None, user_id: str | None) -> TextNode:
+def _file_memory(item: Any, where: str, user_name: str | None, user_id: str | None,
+                 allow_future: bool) -> TextNode:
     if not isinstance(item, dict):
         raise CommandError(f"{where}: expected an object, got {_json_kind(item)}")
     for name, example in (("fact", "The user likes tea."), ("date", "2026-09-01")):
@@ -1291,20 +1310,28 @@ def _file_memory(item: Any, where: str, user_name: str | None, user_id: str | No
     key = item.get("key")
     if key is not None and not isinstance(key, str):
         raise CommandError(f'{where}: "key" must be a string, got {json.dumps(key)}')
-    return _memory(item["fact"], item["date"], key, user_name, user_id, where)
+    return _memory(item["fact"], item["date"], key, user_name, user_id, where, allow_future)
 
 
 def _memory(fact: str, day: date | str, key: str | None, user_name: str | None,
-            user_id: str | None, where: str) -> TextNode:
+            user_id: str | None, where: str, allow_future: bool = False) -> TextNode:
     bad = control_character(fact)
     if bad is not None:
         raise CommandError(f"{where}: the fact contains the control character {bad!r}; a fact "
                            "is one line of printable text")
     try:
         return memory_node(fact, day, user_name=user_name, user_id=user_id,
-                           metadata={DEFAULT_KEY: key} if key else None)
+                           metadata={DEFAULT_KEY: key} if key else None,
+                           allow_future=allow_future)
+    except FutureMemoryDateError as error:
+        raise CommandError(f"{where}: {_future_date(error)}") from None
     except (ValueError, OverflowError) as error:
         raise CommandError(f"{where}: {error}") from None
+
+
+def _future_date(error: FutureMemoryDateError) -> str:
+    """The refusal of a memory dated after tomorrow, with the CLI's way to insist."""
+    return str(FutureMemoryDateError(error.day, error.today, "pass --allow-future"))
 
 
 def _json_kind(value: Any) -> str:

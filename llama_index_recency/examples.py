@@ -52,7 +52,8 @@ def example_memories(user_name: Optional[str] = None, lang: str = "en") -> list[
     data = _load(_file("memories", lang))
     name = user_name or data["user_name"]
     return [
-        memory_node(item["fact"], item["date"], user_name=name, metadata={"key": item["key"]})
+        memory_node(item["fact"], item["date"], user_name=name, metadata={"key": item["key"]},
+                    reference_date=data["reference_date"])
         for item in data["memories"]
     ]
 

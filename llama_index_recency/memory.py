@@ -48,6 +48,33 @@ SUPERSEDED_BY_KEY = "superseded_by"
 """Metadata key: ids of the later memories that update this one."""
 
 
+class FutureMemoryDateError(ValueError):
+    """A memory dated after tomorrow: it would keep the full recency bonus until that day.
+
+    ``day`` is the memory's calendar day, ``today`` the reference day it was checked against.
+    """
+
+    def __init__(self, day: date, today: date, hint: str = "pass allow_future=True") -> None:
+        self.day, self.today = day, today
+        super().__init__(f"the memory's date {day.isoformat()} is after tomorrow (today is "
+                         f"{today.isoformat()}); {hint} if that is meant")
+
+
+def check_not_future(memory_date: date | datetime | str, *,
+                     reference_date: date | datetime | str | None = None) -> date:
+    """The calendar day of ``memory_date``, or :class:`FutureMemoryDateError` when that day
+    is more than one day after ``reference_date``'s (default: today, the machine's date).
+
+    Tomorrow is accepted: the user's day can be ahead of the machine's (time zones). A
+    later date is almost always a typo (2099 for 2026) and would rank as brand new for years.
+    """
+    day = calendar_day(memory_date)
+    today = date.today() if reference_date is None else calendar_day(reference_date)
+    if (day - today).days > 1:
+        raise FutureMemoryDateError(day, today)
+    return day
+
+
 class SeveralUsersWarning:
     """Warns once when a reader without ``user_id`` meets memories of several users: each
     user's memories can then reach another's prompt or extraction (a scoped reader never warns)."""
@@ -119,6 +146,8 @@ def memory_node(
     supersedes: Optional[Sequence[str]] = None,
     date_key: str = "date",
     metadata: Optional[dict[str, Any]] = None,
+    reference_date: date | datetime | str | None = None,
+    allow_future: bool = False,
 ) -> TextNode:
     """Build the node for one memory: text ``"YYYY-MM-DD: <fact>"``, ISO date in metadata.
 
@@ -127,6 +156,11 @@ def memory_node(
     under :data:`USER_ID_KEY` and part of the id); ``supersedes`` names the ids (UUID
     strings) of earlier memories this one updates (store it with
     ``updates.insert_memories`` so they get the back link).
+
+    A memory dated more than one day after today (``reference_date``, default the
+    machine's date; a datetime counts by its calendar day) is refused with
+    :class:`FutureMemoryDateError` unless ``allow_future=True``: it would keep the full
+    recency bonus until that day. Tomorrow is accepted (the user's time zone may be ahead).
 
     The date stays in the embedded text (dropping it changed cosines in the seed's
     measurements) and is also stored under ``date_key`` for the bonus. Metadata is
@@ -143,6 +177,8 @@ def memory_node(
             f"{len(fact)} ({fact[:40]!r}...)"
         )
     iso_date = _iso(memory_date)
+    if not allow_future:
+        check_not_future(memory_date, reference_date=reference_date)
     extra = dict(metadata or {})
     if date_key in extra:
         raise ValueError(f"metadata already has {date_key!r}; pass the date as memory_date")

@@ -209,8 +209,9 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
         if not turns or self.llm is None:
             return []
         try:
+            # The block's own today (the policy's reference date if set), never a typo.
             stored = remember(turns, self.index, self.llm, memory_date=self._today(),
-                              user_name=self.user_name, user_id=self.user_id)
+                              user_name=self.user_name, user_id=self.user_id, allow_future=True)
         except Exception as error:  # noqa: BLE001 - whatever failed, the messages must survive
             with self._failed_lock:
                 first = not self._failed

@@ -35,6 +35,7 @@ from llama_index_recency.memory import (
     SUBJECT_PLACEHOLDERS,
     SeveralUsersWarning,
     calendar_day,
+    check_not_future,
     check_user_name,
     has_subject,
     memory_node,
@@ -202,6 +203,7 @@ def extract_memories(
     user_id: Optional[str] = None,
     index: Optional[VectorStoreIndex] = None,
     prompt: BasePromptTemplate = MEMORY_EXTRACTION_PROMPT,
+    allow_future: bool = False,
 ) -> list[TextNode]:
     """Ask ``llm`` for the facts worth remembering and build validated memory nodes (not stored).
 
@@ -214,9 +216,12 @@ def extract_memories(
     assistant, too long, an update of a memory not shown or of another user's) is left out
     and named, with its turn and the reason, in one warning on this module's logger; the
     valid ones are returned. Raises :class:`MemoryWriteError` when a call fails, an answer
-    is not :class:`ExtractedMemories`, or facts were proposed and none is valid.
+    is not :class:`ExtractedMemories`, or facts were proposed and none is valid. A
+    ``memory_date`` more than one day after today raises
+    :class:`~llama_index_recency.memory.FutureMemoryDateError` before any LLM call, unless
+    ``allow_future=True``.
     """
-    job = _Job.start(turns, memory_date, user_name, user_id, prompt)
+    job = _Job.start(turns, memory_date, user_name, user_id, prompt, allow_future)
     related = [_related(index, job, part) for part in job.parts]
     answers = [_ask(llm, job.messages(part, shown)) for part, shown in zip(job.parts, related)]
     return job.nodes(answers, related)
@@ -231,9 +236,10 @@ async def aextract_memories(
     user_id: Optional[str] = None,
     index: Optional[VectorStoreIndex] = None,
     prompt: BasePromptTemplate = MEMORY_EXTRACTION_PROMPT,
+    allow_future: bool = False,
 ) -> list[TextNode]:
     """Async :func:`extract_memories`."""
-    job = _Job.start(turns, memory_date, user_name, user_id, prompt)
+    job = _Job.start(turns, memory_date, user_name, user_id, prompt, allow_future)
     related = [await _arelated(index, job, part) for part in job.parts]
     answers = [await _aask(llm, job.messages(part, shown))
                for part, shown in zip(job.parts, related)]
@@ -249,12 +255,15 @@ def remember(
     user_name: Optional[str] = None,
     user_id: Optional[str] = None,
     prompt: BasePromptTemplate = MEMORY_EXTRACTION_PROMPT,
+    allow_future: bool = False,
 ) -> list[TextNode]:
     """Extract memories from ``turns`` and store them in ``index``; returns what was stored.
 
     ``memory_date`` (default: today) is the conversation's day; a datetime counts by
-    its own calendar day. ``user_id`` scopes the memories (and the existing ones the LLM
-    is shown) to one user. Ids come from (user,) date and fact, so remembering the same
+    its own calendar day. A day more than one day after today is refused with
+    :class:`~llama_index_recency.memory.FutureMemoryDateError` (a ``ValueError``) before
+    any LLM call, unless ``allow_future=True``. ``user_id`` scopes the memories (and the
+    existing ones the LLM is shown) to one user. Ids come from (user,) date and fact, so remembering the same
     conversation twice stores each memory once. Every part of a long conversation is
     extracted and all nodes are embedded in one batch before the single write, so an LLM
     or embedding failure stores nothing; invalid proposed facts are left out (one warning)
@@ -262,7 +271,8 @@ def remember(
     memories is stored with ``supersedes`` and marks them ``superseded_by`` (they are kept).
     """
     nodes = extract_memories(turns, llm, memory_date=memory_date, user_name=user_name,
-                             user_id=user_id, index=index, prompt=prompt)
+                             user_id=user_id, index=index, prompt=prompt,
+                             allow_future=allow_future)
     if nodes:
         insert_memories(index, nodes)
     return nodes
@@ -277,10 +287,12 @@ async def aremember(
     user_name: Optional[str] = None,
     user_id: Optional[str] = None,
     prompt: BasePromptTemplate = MEMORY_EXTRACTION_PROMPT,
+    allow_future: bool = False,
 ) -> list[TextNode]:
     """Async :func:`remember`; embedding and storing run in a worker thread."""
     nodes = await aextract_memories(turns, llm, memory_date=memory_date, user_name=user_name,
-                                    user_id=user_id, index=index, prompt=prompt)
+                                    user_id=user_id, index=index, prompt=prompt,
+                                    allow_future=allow_future)
     if nodes:  # embedding and the (sync) Edge write, off the event loop
         await asyncio.to_thread(insert_memories, index, nodes)
     return nodes
@@ -294,11 +306,12 @@ def remember_transcript(
     memory_date: MemoryDate = None,
     user_name: Optional[str] = None,
     user_id: Optional[str] = None,
+    allow_future: bool = False,
 ) -> list[TextNode]:
     """:func:`remember` on a transcript file (format: :func:`parse_transcript`, UTF-8)."""
     turns = parse_transcript(Path(path).read_text(encoding="utf-8"))
     return remember(turns, index, llm, memory_date=memory_date, user_name=user_name,
-                    user_id=user_id)
+                    user_id=user_id, allow_future=allow_future)
 
 
 _UNSCOPED_WRITES: "weakref.WeakKeyDictionary[VectorStoreIndex, SeveralUsersWarning]" = (
@@ -357,9 +370,12 @@ class _Job:
 
     @classmethod
     def start(cls, turns: Sequence[Turn], memory_date: MemoryDate, user_name: Optional[str],
-              user_id: Optional[str], prompt: BasePromptTemplate) -> "_Job":
+              user_id: Optional[str], prompt: BasePromptTemplate,
+              allow_future: bool = False) -> "_Job":
         """Check date and name (before any LLM call) and cut the conversation into parts."""
         day = _day(memory_date)
+        if not allow_future:
+            check_not_future(day)  # a FutureMemoryDateError (ValueError), before any LLM call
         if user_name is not None:
             check_user_name(user_name)
         parts = [part for part in _parts(turns)
@@ -398,8 +414,9 @@ class _Job:
                     unknown = sorted(set(candidate.updates) - set(labels))
                     if unknown:
                         raise ValueError(f"updates {unknown} name no existing memory shown")
+                    # allow_future: the day was checked in start, before any LLM call.
                     node = memory_node(candidate.fact, self.day, user_name=self.user_name,
-                                       user_id=self.user_id,
+                                       user_id=self.user_id, allow_future=True,
                                        supersedes=[labels[label].node_id
                                                    for label in candidate.updates],
                                        metadata={"kind": candidate.kind})

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
+from datetime import date, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -42,7 +43,8 @@ def error_line(err: str) -> str:
 
 
 def embedding_for(*memories: tuple[str, str], raw: float = 0.5) -> KnownCosineEmbedding:
-    return KnownCosineEmbedding({memory_node(fact, day).get_content(): raw
+    # The texts as embedded, whatever the date (add decides whether to store them).
+    return KnownCosineEmbedding({memory_node(fact, day, allow_future=True).get_content(): raw
                                  for fact, day in memories})
 
 
@@ -767,3 +769,55 @@ def test_a_store_missing_its_segments_warns_in_one_line(tmp_path: Path, capsys,
     assert caplog.messages == [  # once, though list opens the store twice
         f"the store at {store}/edge/memories holds 1 of the 2 memories it held when last "
         "closed: segment files are missing; restore it from an export or backup"]
+
+
+# --- issue 18, item 9: memories dated after tomorrow ----------------------------------------
+
+FUTURE_TEA = ("The user likes tea.", "2099-01-01")
+
+
+def future_refusal(where: str | None) -> str:
+    return (f"error: {f'{where}: ' if where else ''}the memory's date 2099-01-01 is after tomorrow (today is "
+            f"{date.today().isoformat()}); pass --allow-future if that is meant")
+
+
+def test_a_memory_dated_after_tomorrow_is_refused_unless_allow_future(tmp_path: Path,
+                                                                      capsys) -> None:
+    store = tmp_path / "store"
+    add = ["add", FUTURE_TEA[0], "--date", FUTURE_TEA[1], "--store", str(store)]
+    assert main(add, embed_model=embedding_for(FUTURE_TEA)) == 2
+    assert error_line(capsys.readouterr().err) == future_refusal("the memory")
+    assert not store.exists()
+    assert main([*add, "--allow-future"], embed_model=embedding_for(FUTURE_TEA)) == 0
+    assert "stored 1 new memory (1 in total)" in capsys.readouterr().out
+
+
+def test_tomorrow_is_accepted_by_add(tmp_path: Path, capsys) -> None:
+    tomorrow = (FUTURE_TEA[0], (date.today() + timedelta(days=1)).isoformat())
+    argv = ["add", tomorrow[0], "--date", tomorrow[1], "--store", str(tmp_path / "store")]
+    assert main(argv, embed_model=embedding_for(tomorrow)) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_a_memory_file_with_a_date_after_tomorrow_stores_nothing_unless_allow_future(
+    tmp_path: Path, capsys
+) -> None:
+    path, store = tmp_path / "memories.json", tmp_path / "store"
+    future = {"fact": FUTURE_TEA[0], "date": FUTURE_TEA[1]}
+    path.write_text(json.dumps({"memories": [GOOD_ITEM, future]}), "utf-8")
+    embed = embedding_for((GOOD_ITEM["fact"], GOOD_ITEM["date"]), FUTURE_TEA)
+    add = ["add", "--file", str(path), "--store", str(store)]
+    assert main(add, embed_model=embed) == 2
+    assert error_line(capsys.readouterr().err) == future_refusal(f"memory file {path}, memory 2")
+    assert not store.exists()
+    assert main([*add, "--allow-future"], embed_model=embed) == 0
+    assert "stored 2 new memories (2 in total)" in capsys.readouterr().out
+
+
+def test_remember_refuses_a_date_after_tomorrow_before_the_llm(tmp_path: Path, capsys) -> None:
+    transcript = tmp_path / "talk.txt"
+    transcript.write_text("user: I like tea.\n", "utf-8")
+    store = tmp_path / "store"
+    assert main(["remember", str(transcript), "--date", "2099-01-01", "--store", str(store)]) == 2
+    assert error_line(capsys.readouterr().err) == future_refusal(None)
+    assert not store.exists()

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import re
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import pytest
 from llama_index.core.schema import MetadataMode
 
-from llama_index_recency import example_memories, example_questions, memory_node
+from llama_index_recency import (
+    FutureMemoryDateError,
+    example_memories,
+    example_questions,
+    memory_node,
+)
 from llama_index_recency.memory import MAX_FACT_CHARS, memory_id, with_subject
 
 
@@ -167,3 +172,59 @@ def test_a_blank_or_non_string_user_id_is_refused(user_id) -> None:
 def test_user_id_given_twice_is_refused() -> None:
     with pytest.raises(ValueError, match="pass user_id as the user_id= argument or in metadata"):
         memory_node("The user likes tea.", "2026-09-08", user_id="a", metadata={"user_id": "b"})
+
+
+# -- dates after tomorrow (issue 18, item 9) ---------------------------------------------------
+
+
+def test_a_memory_dated_after_tomorrow_is_refused_naming_the_date() -> None:
+    today = date.today().isoformat()
+    with pytest.raises(FutureMemoryDateError) as refused:
+        memory_node("The user likes tea.", "2099-01-01")
+    assert str(refused.value) == (
+        f"the memory's date 2099-01-01 is after tomorrow (today is {today}); "
+        "pass allow_future=True if that is meant")
+    assert "\n" not in str(refused.value)
+    assert isinstance(refused.value, ValueError)
+    day_after_tomorrow = date.today() + timedelta(days=2)
+    with pytest.raises(ValueError, match=f"date {day_after_tomorrow.isoformat()} is after"):
+        memory_node("The user likes tea.", day_after_tomorrow)
+
+
+def test_tomorrow_and_today_are_accepted() -> None:
+    for day in (date.today(), date.today() + timedelta(days=1)):
+        assert memory_node("The user likes tea.", day).metadata["date"] == day.isoformat()
+
+
+def test_allow_future_accepts_a_later_date() -> None:
+    node = memory_node("The user moves in spring.", "2099-01-01", allow_future=True)
+    assert node.text == "2099-01-01: The user moves in spring."
+    assert node.node_id == memory_node("The user moves in spring.", "2099-01-01",
+                                       reference_date="2098-12-31").node_id
+
+
+@pytest.mark.parametrize("reference", ["2026-09-10", date(2026, 9, 10),
+                                       datetime(2026, 9, 10, 23, 30, tzinfo=timezone.utc)])
+def test_reference_date_is_today(reference: object) -> None:
+    assert memory_node("The user likes tea.", "2026-09-11", reference_date=reference)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"date 2026-09-12 is after tomorrow \(today is 2026-09-10\)"):
+        memory_node("The user likes tea.", "2026-09-12", reference_date=reference)  # type: ignore[arg-type]
+    # A past reference makes the machine's today a future date.
+    with pytest.raises(FutureMemoryDateError):
+        memory_node("The user likes tea.", date.today(), reference_date=reference)  # type: ignore[arg-type]
+
+
+def test_a_datetime_counts_by_its_own_calendar_day() -> None:
+    # 2026-09-11T23:59 in Tokyo is the 11th: tomorrow; 2026-09-12T00:30+09:00 is the 12th.
+    tokyo = timezone(timedelta(hours=9))
+    assert memory_node("The user likes tea.", datetime(2026, 9, 11, 23, 59, tzinfo=tokyo),
+                       reference_date="2026-09-10")
+    with pytest.raises(FutureMemoryDateError, match="date 2026-09-12 "):
+        memory_node("The user likes tea.", "2026-09-12T00:30:00+09:00",
+                    reference_date="2026-09-10")
+
+
+def test_the_far_end_of_the_calendar_does_not_overflow() -> None:
+    assert memory_node("The user likes tea.", "9999-12-31", reference_date="9999-12-31")
+    with pytest.raises(FutureMemoryDateError, match="9999-12-31"):
+        memory_node("The user likes tea.", "9999-12-31")

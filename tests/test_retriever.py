@@ -35,11 +35,13 @@ SEED_TODAY = "2026-09-10"
 REFERENCE = datetime(2026, 9, 10, tzinfo=timezone.utc)
 
 
-def known_cosine_nodes(rows: Sequence[tuple[str, str | None, float]]) -> list[TextNode]:
+def known_cosine_nodes(rows: Sequence[tuple[str, str | None, float]],
+                       allow_future: bool = False) -> list[TextNode]:
     """Nodes whose embedding has exactly cosine ``raw`` with the query vector e0."""
     nodes = []
     for i, (fact, day, raw) in enumerate(rows):
-        node = memory_node(fact, day) if day else TextNode(text=fact, metadata={})
+        node = (memory_node(fact, day, allow_future=allow_future) if day
+                else TextNode(text=fact, metadata={}))
         vector = [0.0] * (len(rows) + 1)
         vector[0], vector[i + 1] = raw, math.sqrt(1.0 - raw * raw)
         node.embedding = vector
@@ -137,7 +139,7 @@ def test_threshold_and_top_n_are_applied(
 def test_future_date_gets_the_full_weight_like_the_postprocessor(engine: str) -> None:
     rows = [("Taro will move in spring.", "2027-03-01", 0.41),
             ("Taro moved last year.", "2025-09-10", 0.44)]
-    store = store_of(known_cosine_nodes(rows), engine)
+    store = store_of(known_cosine_nodes(rows, allow_future=True), engine)  # a planned move
     (found,) = retriever_for(store).retrieve(e0_query(3))
     # A symmetric exp_decay would give 0.41 + 0.05 * exp(-172 / 14), about 0.41.
     assert found.score == pytest.approx(0.46, abs=1e-6)

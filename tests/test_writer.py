@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from datetime import date
+from datetime import date, timedelta
 
 import pytest
 from conftest import QUERY, KnownCosineEmbedding, OpenAIServer, ToolCall
@@ -13,6 +13,7 @@ from llama_index.core.schema import TextNode
 from llama_index.llms.openai_like import OpenAILike
 
 from llama_index_recency import (
+    FutureMemoryDateError,
     RecencyBonusPostprocessor,
     count_memories,
     get_memories,
@@ -457,6 +458,48 @@ def test_bad_date_fails_before_the_llm_is_called(openai_server, llm) -> None:
     with pytest.raises(ValueError):
         remember(parse_transcript(TRANSCRIPT), memory_index(), llm, memory_date="someday")
     assert openai_server.requests == []
+
+
+FUTURE = "2099-01-01"
+
+
+def future_refusal() -> str:
+    return (f"the memory's date {FUTURE} is after tomorrow (today is {date.today().isoformat()}); "
+            "pass allow_future=True if that is meant")
+
+
+def test_a_date_after_tomorrow_is_refused_before_the_llm_is_called(openai_server, llm,
+                                                                   tmp_path) -> None:
+    turns, index = parse_transcript(TRANSCRIPT), memory_index()
+    path = tmp_path / "talk.txt"
+    path.write_text(TRANSCRIPT, encoding="utf-8")
+    for call in (lambda: remember(turns, index, llm, memory_date=FUTURE),
+                 lambda: extract_memories(turns, llm, memory_date=FUTURE),
+                 lambda: remember_transcript(path, index, llm, memory_date=FUTURE)):
+        with pytest.raises(FutureMemoryDateError) as refused:
+            call()
+        assert str(refused.value) == future_refusal()
+    assert openai_server.requests == [] and count_memories(index) == 0
+
+
+async def test_aremember_refuses_a_date_after_tomorrow_before_the_llm(openai_server,
+                                                                     llm) -> None:
+    with pytest.raises(ValueError, match=re.escape(future_refusal())):
+        await aremember(parse_transcript(TRANSCRIPT), memory_index(), llm, memory_date=FUTURE)
+    assert openai_server.requests == []
+
+
+def test_allow_future_and_tomorrow_are_stored(openai_server, llm) -> None:
+    tomorrow = (date.today() + timedelta(days=1)).isoformat()
+    openai_server.reply = reply((1, "habit_change", CAFE))
+    index = open_memory_index(KnownCosineEmbedding({f"{FUTURE}: {CAFE}": 0.5,
+                                                    f"{tomorrow}: {CAFE}": 0.5}))
+    (node,) = remember(parse_transcript(TRANSCRIPT), index, llm, memory_date=FUTURE,
+                       allow_future=True)
+    assert node.get_content() == f"{FUTURE}: {CAFE}"
+    (node,) = remember(parse_transcript(TRANSCRIPT), index, llm, memory_date=tomorrow)
+    assert node.get_content() == f"{tomorrow}: {CAFE}"
+    assert count_memories(index) == 2
 
 
 def test_embedding_failure_mid_batch_stores_nothing(openai_server, llm, minilm) -> None:
