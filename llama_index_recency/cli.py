@@ -72,6 +72,7 @@ from llama_index_recency.examples import (
     example_memories,
     example_questions,
 )
+from llama_index_recency.filters import memory_scope
 from llama_index_recency.gate import (
     MAX_BRING_UP,
     calibrate_gate,
@@ -118,7 +119,7 @@ from llama_index_recency.store import (
     open_memory_store,
     save_policy,
 )
-from llama_index_recency.updates import forget, memory_scope
+from llama_index_recency.updates import forget
 from llama_index_recency.vague import is_vague_reference
 from llama_index_recency.writer import MemoryWriteError, Turn, parse_transcript, remember
 

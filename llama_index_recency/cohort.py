@@ -112,16 +112,17 @@ user cache directory)."""
 
 _CACHE: dict[str, np.ndarray] = {}
 _CACHE_LOCK = threading.Lock()
-_COHORTS: dict[int, RelevanceCohort] = {}  # by the id of the cached vectors they normalise
+_COHORTS: dict[str, RelevanceCohort] = {}  # by model name: the cohort's texts are fixed
 
 
 def relevance_cohort(embed_model: BaseEmbedding) -> RelevanceCohort:
-    """The shipped cohort embedded with ``embed_model`` (once, see :func:`cached_embeddings`)."""
-    vectors = cached_embeddings(embed_model, cohort_texts(), query=False)
-    cohort = _COHORTS.get(id(vectors))
+    """The shipped cohort embedded with ``embed_model``, built once per model and process (a
+    question on the hot path costs one matrix product, not a hash of 600 sentences)."""
+    cohort = _COHORTS.get(embed_model.model_name)
     if cohort is None:
+        vectors = cached_embeddings(embed_model, cohort_texts(), query=False)
         cohort = RelevanceCohort(vectors, embed_model.model_name, groups=len(COHORT_LANGUAGES))
-        _COHORTS[id(vectors)] = cohort
+        _COHORTS[embed_model.model_name] = cohort
     return cohort
 
 

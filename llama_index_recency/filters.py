@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from typing import Any, Optional
 
 import qdrant_edge
@@ -37,7 +37,10 @@ from llama_index.core.vector_stores.types import (
 )
 from qdrant_client import models
 
-__all__ = ["to_edge_filter", "to_qdrant_filter"]
+from llama_index_recency.memory import USER_ID_KEY
+from llama_index_recency.scoring import parse_memory_date
+
+__all__ = ["memory_scope", "to_edge_filter", "to_qdrant_filter"]
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,27 @@ def to_qdrant_filter(filters: MetadataFilters) -> models.Filter:
 def to_edge_filter(filters: MetadataFilters) -> qdrant_edge.Filter:
     """``filters`` as a Qdrant Edge ``Filter``, meaning what :func:`to_qdrant_filter` means."""
     return _translate(filters, _EDGE)
+
+
+def memory_scope(
+    *,
+    user_id: Optional[str] = None,
+    before: Optional[date | datetime | str] = None,
+    filters: Optional[MetadataFilters] = None,
+    date_key: str = "date",
+) -> Optional[MetadataFilters]:
+    """``filters`` AND ``user_id == user_id`` AND ``date < before``, or None for no condition."""
+    conditions: list[MetadataFilter | MetadataFilters] = []
+    if filters is not None and has_condition(filters):
+        conditions.append(filters)
+    if user_id is not None:
+        conditions.append(MetadataFilter(key=USER_ID_KEY, operator=FilterOperator.EQ, value=user_id))
+    if before is not None:
+        instant = parse_memory_date(before)  # ValueError names a bad value
+        conditions.append(
+            MetadataFilter(key=date_key, operator=FilterOperator.LT, value=instant.isoformat())
+        )
+    return MetadataFilters(filters=conditions) if conditions else None
 
 
 def has_condition(filters: Optional[MetadataFilters]) -> bool:

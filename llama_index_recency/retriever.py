@@ -31,13 +31,13 @@ from qdrant_client import models
 from llama_index_recency.cohort import QueryScale, relevance_cohort
 from llama_index_recency.edge import QdrantEdgeVectorStore
 from llama_index_recency.events import dispatch_ranking
-from llama_index_recency.filters import to_qdrant_filter
+from llama_index_recency.filters import memory_scope, to_qdrant_filter
 from llama_index_recency.memory import USER_ID_KEY, SeveralUsersWarning
 from llama_index_recency.past import points_to_past
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 from llama_index_recency.search import MemorySearch, SearchPlan, dated_filter, exact_recency_search
 from llama_index_recency.store import index_policy, qdrant_selection, vector_store_of
-from llama_index_recency.updates import memory_scope, with_successors
+from llama_index_recency.updates import with_successors
 from llama_index_recency.vague import VAGUE_WINDOW_DAYS, is_vague_reference, with_recent
 
 

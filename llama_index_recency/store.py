@@ -37,8 +37,6 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
-    FilterOperator,
-    MetadataFilter,
     MetadataFilters,
 )
 from llama_index.vector_stores.qdrant import QdrantVectorStore
@@ -53,9 +51,8 @@ from llama_index_recency.edge import (
     QdrantEdgeVectorStore,
 )
 from llama_index_recency.embeddings import EmbeddingMismatchError
-from llama_index_recency.filters import has_condition, to_qdrant_filter
+from llama_index_recency.filters import has_condition, memory_scope, to_qdrant_filter
 from llama_index_recency.models import CALIBRATED_POLICIES
-from llama_index_recency.memory import USER_ID_KEY
 from llama_index_recency.scoring import RecencyPolicy, parse_memory_date
 
 logger = logging.getLogger(__name__)
@@ -318,9 +315,7 @@ def get_memories(
     """The memories with these ids AND matching ``filters`` AND of ``user_id`` (none given:
     all), newest first (undated last), embeddings included."""
     if user_id is not None:
-        mine = MetadataFilter(key=USER_ID_KEY, operator=FilterOperator.EQ, value=user_id)
-        scoped = [filters] if filters is not None and has_condition(filters) else []
-        filters = MetadataFilters(filters=[mine, *scoped])
+        filters = memory_scope(user_id=user_id, filters=filters)
     return sorted(select_nodes(vector_store_of(index), ids, filters), key=_newest_first)
 
 

@@ -21,12 +21,10 @@ from typing import Optional
 from llama_index.core import VectorStoreIndex
 from llama_index.core.schema import BaseNode, NodeWithScore
 from llama_index.core.vector_stores.types import (
-    FilterOperator,
-    MetadataFilter,
     MetadataFilters,
 )
 
-from llama_index_recency.filters import has_condition
+from llama_index_recency.filters import memory_scope
 from llama_index_recency.memory import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY
 from llama_index_recency.scoring import (
     RankedMemory,
@@ -161,27 +159,6 @@ def _kept_links(node: BaseNode, key: str, gone: dict[str, BaseNode]) -> set[str]
         else:
             kept.add(link)
     return kept
-
-
-def memory_scope(
-    *,
-    user_id: Optional[str] = None,
-    before: Optional[date | datetime | str] = None,
-    filters: Optional[MetadataFilters] = None,
-    date_key: str = "date",
-) -> Optional[MetadataFilters]:
-    """``filters`` AND ``user_id == user_id`` AND ``date < before``, or None for no condition."""
-    conditions: list[MetadataFilter | MetadataFilters] = []
-    if filters is not None and has_condition(filters):
-        conditions.append(filters)
-    if user_id is not None:
-        conditions.append(MetadataFilter(key=USER_ID_KEY, operator=FilterOperator.EQ, value=user_id))
-    if before is not None:
-        instant = parse_memory_date(before)  # ValueError names a bad value
-        conditions.append(
-            MetadataFilter(key=date_key, operator=FilterOperator.LT, value=instant.isoformat())
-        )
-    return MetadataFilters(filters=conditions) if conditions else None
 
 
 def with_successors(

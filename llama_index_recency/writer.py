@@ -40,13 +40,14 @@ from llama_index_recency.memory import (
     has_subject,
     memory_node,
 )
+from llama_index_recency.filters import memory_scope
 from llama_index_recency.prompts import (
     LEFT_ANGLE_LOOKALIKES,
     RIGHT_ANGLE_LOOKALIKES,
     escape_memory_text,
     memory_text,
 )
-from llama_index_recency.updates import check_link, insert_memories, memory_scope
+from llama_index_recency.updates import check_link, insert_memories
 
 logger = logging.getLogger(__name__)
 
