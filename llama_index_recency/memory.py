@@ -45,7 +45,7 @@ SUPERSEDES_KEY = "supersedes"
 """Metadata key: ids of the earlier memories a memory updates or contradicts."""
 
 SUPERSEDED_BY_KEY = "superseded_by"
-"""Metadata key: ids of the later memories that update this one."""
+"""Metadata key of 0.2.0's back links (ids of the later memories); read, no longer written."""
 
 
 class FutureMemoryDateError(ValueError):
@@ -154,8 +154,8 @@ def memory_node(
     ``user_name`` replaces the generic subject (:func:`with_subject`); a fact longer than
     :data:`MAX_FACT_CHARS` is refused. ``user_id`` scopes the memory to one user (stored
     under :data:`USER_ID_KEY` and part of the id); ``supersedes`` names the ids (UUID
-    strings) of earlier memories this one updates (store it with
-    ``updates.insert_memories`` so they get the back link).
+    strings) of earlier memories this one updates: any insert path links them, since
+    successors are found by searching ``supersedes`` (see :mod:`llama_index_recency.links`).
 
     A memory dated more than one day after today (``reference_date``, default the
     machine's date; a datetime counts by its calendar day) is refused with
@@ -192,7 +192,7 @@ def memory_node(
     if supersedes:
         extra[SUPERSEDES_KEY] = sorted({str(i) for i in supersedes})
     # Checked now: a bad link would be stored and only fail when followed or forgotten.
-    bad = [link for link in extra.get(SUPERSEDES_KEY) or [] if not _is_uuid(link)]
+    bad = [link for link in extra.get(SUPERSEDES_KEY) or [] if not is_memory_id(link)]
     if bad:
         raise ValueError(f"supersedes names {bad[0]!r}, which is not a memory id (a UUID string)")
     node_metadata = {date_key: iso_date, **extra}
@@ -205,7 +205,7 @@ def memory_node(
     )
 
 
-def _is_uuid(value: object) -> bool:
+def is_memory_id(value: object) -> bool:
     """Whether ``value`` is a UUID string, the only id a memory (a Qdrant point) can have."""
     if not isinstance(value, str):
         return False

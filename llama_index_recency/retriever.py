@@ -32,12 +32,12 @@ from llama_index_recency.cohort import QueryScale, relevance_cohort
 from llama_index_recency.edge import QdrantEdgeVectorStore
 from llama_index_recency.events import dispatch_ranking
 from llama_index_recency.filters import memory_scope, to_qdrant_filter
-from llama_index_recency.memory import USER_ID_KEY, SeveralUsersWarning
+from llama_index_recency.links import with_successors
+from llama_index_recency.memory import SUPERSEDES_KEY, USER_ID_KEY, SeveralUsersWarning
 from llama_index_recency.past import points_to_past
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 from llama_index_recency.search import MemorySearch, SearchPlan, dated_filter, exact_recency_search
 from llama_index_recency.store import index_policy, qdrant_selection, vector_store_of
-from llama_index_recency.updates import with_successors
 from llama_index_recency.vague import VAGUE_WINDOW_DAYS, is_vague_reference, with_recent
 
 
@@ -282,10 +282,12 @@ class QdrantRecencyRetriever(BaseRetriever):
         return to_qdrant_filter(self._dated_filters)
 
     def _payload_indexes(self) -> list[tuple[str, Any]]:
-        """On a server: a datetime index for the tier searches, a tenant index for users."""
+        """On a server: a datetime index for the tier searches, a tenant index for users, a
+        keyword index for the successor searches."""
         return [
             (self._policy.date_key, models.PayloadSchemaType.DATETIME),
             (USER_ID_KEY, models.KeywordIndexParams(type="keyword", is_tenant=True)),
+            (SUPERSEDES_KEY, models.PayloadSchemaType.KEYWORD),
         ]
 
     # --- plumbing ------------------------------------------------------------------------------

@@ -57,7 +57,8 @@ class MemorySearch:
     """One plain cosine search: the top ``limit`` memories, only those dated ``since`` if set.
 
     ``filters`` is the caller's scope (a user, a kind, ...), applied inside the search;
-    ``ids`` restricts it to those memories (to score known ones, such as successors).
+    ``ids`` restricts it to those memories (to score known ones); ``linked`` = (key, ids)
+    to the memories whose list under ``key`` names one of ``ids`` (successor links).
     """
 
     limit: int
@@ -65,12 +66,16 @@ class MemorySearch:
     since: Optional[datetime] = None
     undated_only: bool = False
     ids: Optional[tuple[str, ...]] = None
+    linked: Optional[tuple[str, tuple[str, ...]]] = None
 
     def metadata_filters(self, date_key: str) -> Optional[MetadataFilters]:
         """The whole condition as LlamaIndex ``MetadataFilters``: scope AND the date condition."""
         conditions: list[MetadataFilter | MetadataFilters] = []
         if self.filters is not None and self.filters.filters:
             conditions.append(self.filters)
+        if self.linked is not None:
+            key, ids = self.linked
+            conditions.append(MetadataFilter(key=key, operator=FilterOperator.IN, value=list(ids)))
         if self.since is not None:
             conditions.append(_date_since(date_key, self.since.isoformat()))
         if self.undated_only:

@@ -52,6 +52,7 @@ from llama_index_recency.edge import (
 )
 from llama_index_recency.embeddings import EmbeddingMismatchError
 from llama_index_recency.filters import has_condition, memory_scope, to_qdrant_filter
+from llama_index_recency.memory import is_memory_id
 from llama_index_recency.models import CALIBRATED_POLICIES
 from llama_index_recency.scoring import RecencyPolicy, parse_memory_date
 
@@ -317,6 +318,28 @@ def get_memories(
     if user_id is not None:
         filters = memory_scope(user_id=user_id, filters=filters)
     return sorted(select_nodes(vector_store_of(index), ids, filters), key=_newest_first)
+
+
+class MemoryNotFoundError(LookupError):
+    """No memory with that id (in that user's memories, when a user is given)."""
+
+    def __init__(self, node_id: str, user_id: Optional[str] = None) -> None:
+        self.node_id, self.user_id = node_id, user_id
+        whose = "" if user_id is None else f" of user {user_id!r}"
+        super().__init__(f"no memory {node_id!r}{whose} in the store")
+
+    def __str__(self) -> str:  # LookupError would quote the message like a key
+        return str(self.args[0])
+
+
+def get_memory(index: MemoryStore, node_id: str, *, user_id: Optional[str] = None) -> BaseNode:
+    """The memory ``node_id`` (of ``user_id`` when given); :class:`MemoryNotFoundError` if none."""
+    if not is_memory_id(node_id):
+        raise MemoryNotFoundError(node_id, user_id)
+    found = get_memories(index, [node_id], user_id=user_id)
+    if not found:
+        raise MemoryNotFoundError(node_id, user_id)
+    return found[0]
 
 
 async def aget_memories(

@@ -1,90 +1,240 @@
-"""Updated facts and forgetting: successor links between memories, kept consistent on delete.
+"""Writing and forgetting memories: the one store-level write, updates, and deletes.
 
-A later fact that updates an earlier one (black coffee → sweet café au lait) is stored
-with ``supersedes`` naming the earlier memories, and each of those gets
-``superseded_by`` naming it: a payload update, never a delete, so the history stays and
-the character can still say "you switched from black coffee". The recency bonus alone
-cannot surface an update whose cosine is far below the fact it replaced; the link can
-(see :class:`~llama_index_recency.QdrantRecencyRetriever`).
+:func:`insert_memories` is how the API, the writer, the agent block and the CLI store
+memories: idempotent (same id, same memory: nothing written), a re-added memory keeps what
+it was stored with, batches with progress, and an exact count of what was stored when a
+batch fails. Links are only the newer memory's ``supersedes`` (see
+:mod:`llama_index_recency.links`), so storing never rewrites another memory.
 """
 
 from __future__ import annotations
 
 import asyncio
-
 import threading
-from collections.abc import Generator, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Optional
+from typing import Any, Optional
 
 from llama_index.core import VectorStoreIndex
-from llama_index.core.schema import BaseNode, NodeWithScore
+from llama_index.core.schema import BaseNode, MetadataMode, TextNode
 from llama_index.core.vector_stores.types import (
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
     MetadataFilters,
 )
 
 from llama_index_recency.filters import memory_scope
-from llama_index_recency.memory import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY
-from llama_index_recency.scoring import (
-    RankedMemory,
-    RecencyPolicy,
-    RecencyRanking,
-    parse_memory_date,
+from llama_index_recency.links import (
+    LINK_KEYS,
+    check_link,
+    exclude_links_from_text,
+    linked_ids,
+    relinked,
 )
-from llama_index_recency.search import MemorySearch, SearchPlan
-from llama_index_recency.store import MemoryStore, delete_memories, get_memories, vector_store_of
+from llama_index_recency.memory import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY, memory_node
+from llama_index_recency.store import (
+    MemoryStore,
+    MemoryStoreFullError,
+    delete_memories,
+    get_memories,
+    get_memory,
+    vector_store_of,
+)
 
-LINK_KEYS = (SUPERSEDES_KEY, SUPERSEDED_BY_KEY)
+EMBED_BATCH_SIZE = 16
+"""Memories embedded per call: small enough for a device, large enough to batch."""
 
-# Link lists are read, changed and written back: one writer at a time in this process,
-# so a background write never re-creates a memory that forget just deleted.
-_LINKS = threading.RLock()
+WRITE_BATCH_SIZE = 64
+"""Memories stored per write: a failure loses at most one batch's work, never a stored one."""
 
-LinkChange = tuple[str, set[str], set[str]]
-"""(metadata key, ids to add, ids to remove) for one memory's link list."""
+Progress = Callable[[str, int, int], None]
+"""``(phase, done, total)``: phase "embedding" or "storing", called after each batch."""
+
+# A re-added memory is read, merged and written back; forget rewrites the links of the
+# memories around the deleted ones: one of these at a time in this process.
+_WRITES = threading.RLock()
 
 
-def insert_memories(index: VectorStoreIndex, nodes: Sequence[BaseNode]) -> None:
-    """Store ``nodes`` and mark every memory they supersede with ``superseded_by``.
+class PartialWriteError(RuntimeError):
+    """A write that stopped part way: ``stored`` of ``total`` memories are in the store.
 
-    A memory stored again keeps the links it already has (storing replaces a point's whole
-    payload), so rerunning a conversation never unlinks anything. A memory superseding
-    another user's raises ValueError (:func:`check_link`) before anything is written.
+    Rerunning the same write stores the rest (stored ones are skipped)."""
+
+    def __init__(self, stored: int, total: int, reason: str) -> None:
+        self.stored, self.total, self.reason = stored, total, reason
+        super().__init__(f"stored {stored} of {total} memor{'y' if total == 1 else 'ies'}; "
+                         f"{total - stored} not stored: {reason}")
+
+
+@dataclass(frozen=True)
+class StoredMemories:
+    """What :func:`insert_memories` did, by memory id."""
+
+    new: tuple[str, ...] = ()
+    """Memories the store did not hold."""
+    changed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Memories stored again with new metadata, each with the metadata it had before."""
+    unchanged: tuple[str, ...] = ()
+    """Memories already stored as given: nothing written."""
+
+
+def insert_memories(
+    index: VectorStoreIndex,
+    nodes: Sequence[BaseNode],
+    *,
+    on_progress: Optional[Progress] = None,
+) -> StoredMemories:
+    """Store ``nodes`` (memory_node's, or any with UUID ids): the one write every path uses.
+
+    A memory already stored keeps what it had (its metadata, merged under the new; its
+    links, united) and is skipped when nothing changes, so rerunning a write is free. A
+    memory superseding another user's raises ValueError before anything is written. Nodes
+    without an embedding are embedded with the index's model, in batches (an embedding
+    error raises as is, before anything is stored), then stored in batches; a failed
+    batch raises :class:`PartialWriteError` with the exact number stored.
     """
-    with _LINKS:
-        older = {old_id for node in nodes for old_id in node.metadata.get(SUPERSEDES_KEY) or []}
-        stored = {node.node_id: node
-                  for node in get_memories(index, sorted({n.node_id for n in nodes} | older))}
-        known = {**stored, **{node.node_id: node for node in nodes}}
-        for node in nodes:
-            for old_id in node.metadata.get(SUPERSEDES_KEY) or []:
-                if old_id in known:
-                    check_link(node, known[old_id])
-        for node in nodes:
+    with _WRITES:
+        unique = list({node.node_id: node for node in nodes}.values())
+        stored = {node.node_id: node for node in get_memories(index, _ids_and_links(unique))}
+        _check_links(unique, stored)
+        pending: list[BaseNode] = []
+        changed: dict[str, dict[str, Any]] = {}
+        unchanged: list[str] = []
+        for node in unique:
             old = stored.get(node.node_id)
-            for key in LINK_KEYS:
-                kept = [] if old is None else old.metadata.get(key) or []
-                links = set(kept) | set(node.metadata.get(key) or [])
-                if links:
-                    node.metadata[key] = sorted(links)
-            _exclude_links_from_text(node)
-        index.insert_nodes(list(nodes))
-        changes: dict[str, list[LinkChange]] = {}
-        for node in nodes:
-            for old_id in node.metadata.get(SUPERSEDES_KEY) or []:
-                changes.setdefault(old_id, []).append((SUPERSEDED_BY_KEY, {node.node_id}, set()))
-        _update_links(index, changes)
+            if old is not None:
+                _keep_what_it_had(node, old)
+                if node.metadata == old.metadata and _text(node) == _text(old):
+                    unchanged.append(node.node_id)
+                    continue
+                changed[node.node_id] = dict(old.metadata)
+                if node.embedding is None and _text(node) == _text(old):
+                    node.embedding = old.embedding
+            exclude_links_from_text(node)
+            pending.append(node)
+        _embed(index, pending, on_progress)
+        _store(index, pending, on_progress)
+        new = tuple(node.node_id for node in unique if node.node_id not in stored)
+        return StoredMemories(new=new, changed=changed, unchanged=tuple(unchanged))
 
 
-def check_link(newer: BaseNode, older: BaseNode) -> None:
-    """Refuse ``newer`` superseding ``older`` unless both belong to the same user (or both to
-    none): a link across users would put one user's fact in place of another's."""
-    users = [node.metadata.get(USER_ID_KEY) for node in (newer, older)]
-    if users[0] != users[1]:
-        whose = ["no user" if user is None else f"user {user!r}" for user in users]
-        raise ValueError(f"memory {newer.node_id} of {whose[0]} may not supersede memory "
-                         f"{older.node_id} of {whose[1]}")
+async def ainsert_memories(
+    index: VectorStoreIndex,
+    nodes: Sequence[BaseNode],
+    *,
+    on_progress: Optional[Progress] = None,
+) -> StoredMemories:
+    """Async :func:`insert_memories`, run in a thread (embedding and Edge calls block)."""
+    return await asyncio.to_thread(insert_memories, index, nodes, on_progress=on_progress)
+
+
+def _ids_and_links(nodes: Sequence[BaseNode]) -> list[str]:
+    """The ids to read before a write: the nodes themselves and the memories they supersede."""
+    return sorted({node.node_id for node in nodes}
+                  | {link for node in nodes for link in linked_ids(node, SUPERSEDES_KEY)})
+
+
+def _check_links(nodes: Sequence[BaseNode], stored: dict[str, BaseNode]) -> None:
+    known = {**stored, **{node.node_id: node for node in nodes}}
+    for node in nodes:
+        for old_id in linked_ids(node, SUPERSEDES_KEY):
+            if old_id in known:
+                check_link(node, known[old_id])
+
+
+def _keep_what_it_had(node: BaseNode, old: BaseNode) -> None:
+    """A re-added memory keeps its stored metadata unless given anew, and all its links."""
+    merged = {**old.metadata, **node.metadata}
+    for key in LINK_KEYS:
+        links = set(old.metadata.get(key) or []) | set(node.metadata.get(key) or [])
+        if links:
+            merged[key] = sorted(links)
+    node.metadata = merged
+    for excluded in (node.excluded_embed_metadata_keys, node.excluded_llm_metadata_keys):
+        excluded.extend(key for key in old.metadata if key not in excluded)
+
+
+def _text(node: BaseNode) -> str:
+    return node.get_content(metadata_mode=MetadataMode.EMBED)
+
+
+def _embed(index: VectorStoreIndex, nodes: Sequence[BaseNode], on_progress: Optional[Progress]
+           ) -> None:
+    """Embed the nodes that have no vector; a failure raises as is: nothing is stored yet."""
+    missing = [node for node in nodes if node.embedding is None]
+    for start in range(0, len(missing), EMBED_BATCH_SIZE):
+        batch = missing[start:start + EMBED_BATCH_SIZE]
+        vectors = index._embed_model.get_text_embedding_batch([_text(n) for n in batch])
+        for node, vector in zip(batch, vectors, strict=True):
+            node.embedding = vector
+        if on_progress is not None:
+            on_progress("embedding", start + len(batch), len(missing))
+
+
+def _store(index: VectorStoreIndex, nodes: Sequence[BaseNode], on_progress: Optional[Progress]
+           ) -> None:
+    for start in range(0, len(nodes), WRITE_BATCH_SIZE):
+        try:
+            index.insert_nodes(list(nodes[start:start + WRITE_BATCH_SIZE]))
+        except (Exception, KeyboardInterrupt) as error:
+            raise PartialWriteError(_count_stored(index, nodes, at_least=start), len(nodes),
+                                    _reason(error)) from error
+        if on_progress is not None:
+            on_progress("storing", min(start + WRITE_BATCH_SIZE, len(nodes)), len(nodes))
+
+
+def _count_stored(index: VectorStoreIndex, nodes: Sequence[BaseNode], *, at_least: int) -> int:
+    """How many of ``nodes`` the store now holds as intended (recounted after a failure)."""
+    try:
+        stored = {node.node_id: node for node in get_memories(index, [n.node_id for n in nodes])}
+    except Exception:  # the store itself is failing: the batches before are what we know
+        return at_least
+    return sum(1 for node in nodes
+               if node.node_id in stored and stored[node.node_id].metadata == node.metadata)
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(error, MemoryStoreFullError):  # says what it is: no class name needed
+        return str(error)
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def update_memory(
+    index: VectorStoreIndex,
+    node_id: str,
+    text: str,
+    memory_date: date | datetime | str,
+    *,
+    user_id: Optional[str] = None,
+    **node_options: Any,
+) -> TextNode:
+    """Store a new version of memory ``node_id`` and return it: a memory with fact ``text``
+    dated ``memory_date``, owned by the old one's user, that supersedes it (the old one is
+    kept, so its history is too). ``node_options`` go to :func:`memory_node`
+    (``user_name``, ``metadata``, ``allow_future``, ...)."""
+    old = get_memory(index, node_id, user_id=user_id)
+    new = memory_node(text, memory_date, user_id=old.metadata.get(USER_ID_KEY),
+                      supersedes=[old.node_id], **node_options)
+    insert_memories(index, [new])
+    return new
+
+
+async def aupdate_memory(
+    index: VectorStoreIndex,
+    node_id: str,
+    text: str,
+    memory_date: date | datetime | str,
+    *,
+    user_id: Optional[str] = None,
+    **node_options: Any,
+) -> TextNode:
+    """Async :func:`update_memory`, run in a thread."""
+    return await asyncio.to_thread(update_memory, index, node_id, text, memory_date,
+                                   user_id=user_id, **node_options)
 
 
 def forget(
@@ -99,17 +249,34 @@ def forget(
 
     Selects the memories with ``ids`` AND of ``user_id`` AND dated before ``before`` AND
     matching ``filters``; at least one is required, and ``filters`` without a condition
-    do not count (nothing deletes everything by accident). Links are kept consistent:
-    memories that named a deleted one in ``supersedes`` or ``superseded_by`` no longer do,
-    and a chain stays whole: forgetting B of A → B → C links A → C, so A still leads to
-    the newest fact.
+    do not count (nothing deletes everything by accident). A chain stays whole: forgetting
+    B of A → B → C makes C supersede A, so A still leads to the newest fact.
     """
     scope = memory_scope(user_id=user_id, before=before, filters=filters)
     if ids is None and scope is None:
         raise ValueError(f"forget needs ids, user_id, before or filters with a condition, got "
                          f"filters={filters!r}; it never deletes everything")
-    with _LINKS:
-        return _forget(index, ids, scope)
+    with _WRITES:
+        doomed = get_memories(index, ids, scope)
+        if not doomed:
+            return 0
+        gone = {node.node_id: node for node in doomed}
+        neighbours = [node for node in get_memories(index, filters=_naming(sorted(gone)))
+                      if node.node_id not in gone]
+        delete_memories(index, sorted(gone))
+        relinked_nodes = []
+        for node in neighbours:
+            links = relinked(node, gone)
+            if links is not None:
+                for key, value in links.items():
+                    if value:
+                        node.metadata[key] = value
+                    else:
+                        node.metadata.pop(key, None)
+                relinked_nodes.append(node)
+        if relinked_nodes:
+            vector_store_of(index).add(relinked_nodes)  # same ids, same vectors: links only
+        return len(doomed)
 
 
 async def aforget(
@@ -125,156 +292,10 @@ async def aforget(
                                    filters=filters)
 
 
-def _forget(index: MemoryStore, ids: Optional[Sequence[str]],
-            scope: Optional[MetadataFilters]) -> int:
-    doomed = get_memories(index, ids, scope)
-    if not doomed:
-        return 0
-    gone = {node.node_id: node for node in doomed}
-    delete_memories(index, sorted(gone))
-    changes: dict[str, list[LinkChange]] = {}
-    for node in doomed:
-        older = _kept_links(node, SUPERSEDES_KEY, gone)
-        newer = _kept_links(node, SUPERSEDED_BY_KEY, gone)
-        for other in older:
-            changes.setdefault(other, []).append((SUPERSEDED_BY_KEY, newer, {node.node_id}))
-        for other in newer:
-            changes.setdefault(other, []).append((SUPERSEDES_KEY, older, {node.node_id}))
-    _update_links(index, changes)
-    return len(doomed)
-
-
-def _kept_links(node: BaseNode, key: str, gone: dict[str, BaseNode]) -> set[str]:
-    """The memories ``node`` links to under ``key`` that stay, reached through deleted ones."""
-    kept: set[str] = set()
-    seen = {node.node_id}
-    frontier = list(node.metadata.get(key) or [])
-    while frontier:
-        link = frontier.pop()
-        if link in seen:
-            continue
-        seen.add(link)
-        if link in gone:
-            frontier.extend(gone[link].metadata.get(key) or [])
-        else:
-            kept.add(link)
-    return kept
-
-
-def with_successors(
-    ranking: RecencyRanking,
-    policy: RecencyPolicy,
-    reference: datetime,
-    filters: Optional[MetadataFilters] = None,
-) -> SearchPlan:
-    """Put each kept memory's newest successor right before it, whatever the successor's score.
-
-    A plan step like :func:`~llama_index_recency.search.exact_recency_search`: it yields
-    searches restricted to linked ids (so the engine scores them, inside ``filters``)
-    and returns the ranking with successor rows ("successor of …") and the superseded
-    rows' reason extended ("kept; superseded by …").
-    """
-    kept_nodes = [kept.node for kept in ranking.nodes]
-    reached = yield from _successor_chains(kept_nodes, filters)
-    successors: dict[str, NodeWithScore] = {}
-    for node in kept_nodes:
-        newest = _newest(node, reached[node.node_id], policy.date_key)
-        if newest is not None:
-            successors[node.node_id] = newest
-    if not successors:
-        return ranking
-    kept_ids = {n.node.node_id for n in ranking.nodes}
-    placed: set[str] = set()
-    nodes: list[NodeWithScore] = []
-    rows: list[RankedMemory] = []
-    by_id = {row.node_id: row for row in ranking.rows}
-    for kept in ranking.nodes:
-        node_id = kept.node.node_id
-        if node_id in placed:
-            continue
-        successor = successors.get(node_id)
-        if successor is not None and successor.node.node_id not in placed:
-            row = replace(policy.rank([successor], reference).rows[0], kept=True,
-                          reason=f"successor of {node_id}")
-            nodes.append(NodeWithScore(node=successor.node, score=row.final))
-            rows.append(row)
-            placed.add(successor.node.node_id)
-        nodes.append(kept)
-        placed.add(node_id)
-        reason = "kept" if successor is None else f"kept; superseded by {successor.node.node_id}"
-        rows.append(replace(by_id[node_id], reason=reason))
-    rows.extend(row for row in ranking.rows if row.node_id not in placed | kept_ids)
-    return RecencyRanking(rows=tuple(rows), nodes=tuple(nodes), relevance=ranking.relevance)
-
-
-def _successor_chains(
-    nodes: Sequence[BaseNode], filters: Optional[MetadataFilters]
-) -> Generator[MemorySearch, Sequence[NodeWithScore], dict[str, list[NodeWithScore]]]:
-    """Every memory reached from each of ``nodes`` by ``superseded_by`` links, scored, by node id.
-
-    The chains are walked together, one link level at a time: one ids search per level for
-    all of them, and no memory searched twice, so a long chain costs its depth in searches,
-    not its depth times the kept memories on it.
-    """
-    scored: dict[str, NodeWithScore] = {}
-    searched: set[str] = set()
-    seen = {node.node_id: {node.node_id} for node in nodes}
-    reached: dict[str, list[NodeWithScore]] = {node.node_id: [] for node in nodes}
-    frontiers = {node.node_id: set(node.metadata.get(SUPERSEDED_BY_KEY) or []) - {node.node_id}
-                 for node in nodes}
-    while any(frontiers.values()):
-        wanted = sorted(set().union(*frontiers.values()) - searched)
-        if wanted:
-            batch = yield MemorySearch(limit=len(wanted), filters=filters, ids=tuple(wanted))
-            searched.update(wanted)
-            scored.update((found.node.node_id, found) for found in batch)
-        for origin, frontier in frontiers.items():
-            seen[origin].update(frontier)
-            level = sorted((scored[link] for link in frontier if link in scored),
-                           key=lambda found: (-(found.score or 0.0), found.node.node_id))
-            reached[origin].extend(level)
-            frontiers[origin] = {link for found in level
-                                 for link in found.node.metadata.get(SUPERSEDED_BY_KEY) or []
-                                 } - seen[origin]
-    return reached
-
-
-def _newest(node: BaseNode, reached: Sequence[NodeWithScore], date_key: str
-            ) -> Optional[NodeWithScore]:
-    """The newest of the memories ``node`` leads to, if any is dated no earlier than it."""
-    # A successor dated before the memory it updates (written with a past date) would
-    # contradict "trust the newer date": only later ones count.
-    since = _when(node, date_key)
-    dated = [(n, when) for n in reached if (when := _when(n.node, date_key)) is not None
-             and (since is None or when >= since)]
-    return max(dated, key=lambda pair: pair[1])[0] if dated else None
-
-
-def _when(node: BaseNode, date_key: str) -> Optional[datetime]:
-    try:
-        return parse_memory_date(node.metadata.get(date_key))
-    except ValueError:
-        return None
-
-
-def _update_links(index: MemoryStore, changes: dict[str, list[LinkChange]]) -> None:
-    """Rewrite the link lists of the memories in ``changes``: (key, ids to add, ids to remove)."""
-    if not changes:
-        return
-    nodes = get_memories(index, sorted(changes))
-    for node in nodes:
-        for key, added, removed in changes[node.node_id]:
-            links = (set(node.metadata.get(key) or []) | added) - removed
-            if links:
-                node.metadata[key] = sorted(links)
-            else:
-                node.metadata.pop(key, None)
-        _exclude_links_from_text(node)
-    if nodes:
-        vector_store_of(index).add(nodes)  # same ids, same vectors: a payload update
-
-
-def _exclude_links_from_text(node: BaseNode) -> None:
-    """Link ids are bookkeeping: never embedded, never shown to the LLM."""
-    for excluded in (node.excluded_embed_metadata_keys, node.excluded_llm_metadata_keys):
-        excluded.extend(key for key in LINK_KEYS if key in node.metadata and key not in excluded)
+def _naming(ids: list[str]) -> MetadataFilters:
+    """The memories whose links (``supersedes``, or 0.2.0's ``superseded_by``) name one of ``ids``."""
+    return MetadataFilters(
+        filters=[MetadataFilter(key=key, operator=FilterOperator.IN, value=ids)
+                 for key in (SUPERSEDES_KEY, SUPERSEDED_BY_KEY)],
+        condition=FilterCondition.OR,
+    )

@@ -47,7 +47,8 @@ from llama_index_recency.prompts import (
     escape_memory_text,
     memory_text,
 )
-from llama_index_recency.updates import check_link, insert_memories
+from llama_index_recency.links import check_link
+from llama_index_recency.updates import insert_memories
 
 logger = logging.getLogger(__name__)
 
@@ -269,7 +270,7 @@ def remember(
     extracted and all nodes are embedded in one batch before the single write, so an LLM
     or embedding failure stores nothing; invalid proposed facts are left out (one warning)
     and the valid ones stored (see :func:`extract_memories`). A fact that updates existing
-    memories is stored with ``supersedes`` and marks them ``superseded_by`` (they are kept).
+    memories is stored with ``supersedes`` naming them (they are kept).
     """
     nodes = extract_memories(turns, llm, memory_date=memory_date, user_name=user_name,
                              user_id=user_id, index=index, prompt=prompt,

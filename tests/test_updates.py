@@ -8,19 +8,21 @@ from pathlib import Path
 import pytest
 from llama_index.core.vector_stores.types import MetadataFilters
 
-from llama_index_recency import QdrantRecencyRetriever, RecencyBonusPostprocessor, memory_node, open_memory_index
+from llama_index_recency import (
+    QdrantRecencyRetriever,
+    RecencyBonusPostprocessor,
+    memory_history,
+    memory_node,
+    open_memory_index,
+)
 from llama_index_recency.store import (
     count_memories,
     delete_memories,
     get_memories,
     is_local_mode_store,
 )
-from llama_index_recency.updates import (
-    SUPERSEDED_BY_KEY,
-    SUPERSEDES_KEY,
-    forget,
-    insert_memories,
-)
+from llama_index_recency.memory import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
+from llama_index_recency.updates import forget, insert_memories
 
 from conftest import QUERY, KnownCosineEmbedding, cosines_for
 
@@ -70,9 +72,8 @@ def test_a_passing_superseded_memory_brings_its_newest_successor_first(index) ->
     insert_memories(index, [fresh(LATTE)])
     insert_memories(index, [fresh(TEA)])
     stored = {n.node_id: n for n in get_memories(index)}
-    assert stored[BLACK.node_id].metadata[SUPERSEDED_BY_KEY] == [LATTE.node_id]
-    assert stored[LATTE.node_id].metadata[SUPERSEDED_BY_KEY] == [TEA.node_id]
-    assert SUPERSEDED_BY_KEY not in stored[BLACK.node_id].get_content(metadata_mode="llm")
+    assert not any(SUPERSEDED_BY_KEY in n.metadata for n in stored.values())  # no back links
+    assert SUPERSEDES_KEY not in stored[LATTE.node_id].get_content(metadata_mode="llm")
 
     retriever, found = retrieve(index, user_id="taro")
     # TEA (0.20 raw) is far under the threshold, but it is BLACK's newest successor.
@@ -111,10 +112,10 @@ def test_a_memory_never_supersedes_another_users(index) -> None:
         node.embedding[1] = (1 - 0.01) ** 0.5
         with pytest.raises(ValueError, match=f"^memory {node.node_id} {message}$"):
             insert_memories(index, [node])
-    assert count_memories(index) == 3  # nothing written, no back link either
-    assert not any(SUPERSEDED_BY_KEY in n.metadata for n in get_memories(index))
+    assert count_memories(index) == 3  # nothing written
     insert_memories(index, [fresh(LATTE)])  # within one user: linked
-    assert get_memories(index, [BLACK.node_id])[0].metadata[SUPERSEDED_BY_KEY] == [LATTE.node_id]
+    assert [n.node_id for n in memory_history(index, BLACK.node_id)] == [BLACK.node_id,
+                                                                          LATTE.node_id]
 
 
 def test_forget_by_id_by_user_and_by_date_keeps_links_consistent(index) -> None:
@@ -124,8 +125,7 @@ def test_forget_by_id_by_user_and_by_date_keeps_links_consistent(index) -> None:
 
     assert forget(index, [LATTE.node_id]) == 1
     stored = {n.node_id: n for n in get_memories(index)}
-    assert stored[BLACK.node_id].metadata[SUPERSEDED_BY_KEY] == [TEA.node_id]  # over LATTE
-    assert stored[TEA.node_id].metadata[SUPERSEDES_KEY] == [BLACK.node_id]
+    assert stored[TEA.node_id].metadata[SUPERSEDES_KEY] == [BLACK.node_id]  # over LATTE
 
     assert forget(index, user_id="taro", before="2026-06-01") == 1  # BLACK only, not hanako's
     stored = {n.node_id: n for n in get_memories(index)}
@@ -168,10 +168,39 @@ def test_filters_without_a_condition_never_delete_everything(index) -> None:
 def test_storing_a_memory_again_keeps_its_links(index) -> None:
     insert_memories(index, [fresh(n) for n in (BLACK, TRAINS, HANAKO)])
     insert_memories(index, [fresh(LATTE)])
-    insert_memories(index, [fresh(BLACK), fresh(LATTE)])  # a conversation remembered twice
+    # The same fact stored again without its link (a conversation remembered twice, a
+    # user's own insert): same id, and the link it had stays.
+    again = memory_node("Taro switched to sweet café au lait.", "2026-09-01",
+                        metadata={"user_id": "taro", "kind": "habit_change"})
+    assert again.node_id == LATTE.node_id
+    insert_memories(index, [fresh(BLACK), again])
     stored = {n.node_id: n for n in get_memories(index)}
-    assert stored[BLACK.node_id].metadata[SUPERSEDED_BY_KEY] == [LATTE.node_id]
     assert stored[LATTE.node_id].metadata[SUPERSEDES_KEY] == [BLACK.node_id]
+    assert stored[LATTE.node_id].metadata["kind"] == "habit_change"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_successor_stored_with_plain_insert_nodes_is_brought(engine: str, tmp_path: Path) -> None:
+    """The issue's new user: memory_node(supersedes=...) stored with index.insert_nodes."""
+    embed = KnownCosineEmbedding(cosines_for([n for n, _ in RAWS], [raw for _, raw in RAWS]))
+    index = open_index(engine, tmp_path, embed)
+    index.insert_nodes([fresh(n) for n in (BLACK, TRAINS, HANAKO, LATTE)])
+    _, found = retrieve(index, user_id="taro")
+    assert [n.node.node_id for n in found] == [LATTE.node_id, BLACK.node_id, TRAINS.node_id]
+
+
+def test_a_store_with_only_0_2_back_links_is_still_followed(index) -> None:
+    """0.2.0 stores carry superseded_by on the older memory; a successor whose own
+    supersedes was lost (edited by hand) is still reached through it."""
+    black, latte = fresh(BLACK), fresh(LATTE)
+    latte.metadata.pop(SUPERSEDES_KEY)
+    black.metadata[SUPERSEDED_BY_KEY] = [LATTE.node_id]
+    black.excluded_embed_metadata_keys.append(SUPERSEDED_BY_KEY)
+    index.insert_nodes([black, latte, fresh(TRAINS), fresh(HANAKO)])
+    _, found = retrieve(index, user_id="taro")
+    assert [n.node.node_id for n in found] == [LATTE.node_id, BLACK.node_id, TRAINS.node_id]
+    forget(index, [LATTE.node_id])  # the back link to a deleted memory goes with it
+    assert SUPERSEDED_BY_KEY not in get_memories(index, [BLACK.node_id])[0].metadata
 
 
 def test_a_successor_dated_before_the_memory_it_updates_is_not_brought_in(index) -> None:
@@ -188,7 +217,7 @@ def test_a_successor_dated_before_the_memory_it_updates_is_not_brought_in(index)
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_long_successor_chain_costs_one_search_per_link_level(engine: str, tmp_path: Path,
                                                                 monkeypatch) -> None:
-    """Three kept memories at the head of a 200-link chain share one ids search per level."""
+    """Three kept memories at the head of a 200-link chain share one search per level."""
     chain = []
     for i in range(201):  # m0 → m1 → ... → m200, one day apart; m0-m2 pass, the rest do not
         day = (date(2026, 2, 1) + timedelta(days=i)).isoformat()

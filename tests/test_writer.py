@@ -17,6 +17,7 @@ from llama_index_recency import (
     RecencyBonusPostprocessor,
     count_memories,
     get_memories,
+    memory_history,
     memory_node,
     open_memory_index,
     openai_like_llm,
@@ -598,10 +599,10 @@ def test_a_fact_that_updates_an_existing_memory_is_linked_to_it(openai_server, l
         "</conversation>\n<existing_memories>\nE1. 2026-08-20: Taro drinks coffee black.\n"
         "</existing_memories>")
     assert cafe.metadata["supersedes"] == [black.node_id] and cafe.metadata["user_id"] == "taro"
-    stored = {n.node_id: n for n in get_memories(index)}
-    assert stored[black.node_id].metadata["superseded_by"] == [cafe.node_id]
-    hanakos = [n for n in stored.values() if n.metadata["user_id"] == "hanako"]
-    assert "superseded_by" not in hanakos[0].metadata
+    assert [n.node_id for n in memory_history(index, black.node_id)] == [black.node_id,
+                                                                          cafe.node_id]
+    hanakos = next(n for n in get_memories(index) if n.metadata["user_id"] == "hanako")
+    assert [n.node_id for n in memory_history(index, hanakos.node_id)] == [hanakos.node_id]
 
 
 def test_an_update_of_a_memory_not_shown_is_refused(openai_server, llm) -> None:
@@ -638,7 +639,7 @@ def test_a_fact_may_not_update_another_users_memory(openai_server, llm) -> None:
                                                "[0-9a-f-]+ of user '(taro|hanako)'"):
         remember(parse_transcript(TRANSCRIPT)[:2], index, llm, memory_date=DAY, user_name="Taro")
     assert count_memories(index) == 2
-    assert "superseded_by" not in get_memories(index, [black.node_id])[0].metadata
+    assert [n.node_id for n in memory_history(index, black.node_id)] == [black.node_id]
 
 
 def test_existing_memories_are_escaped_as_the_memory_block_escapes_them(openai_server,
