@@ -1,0 +1,66 @@
+"""Command line ``llama-index-recency``: demo, calibrate, and add / ask / list / remember on a store.
+
+Ranking uses the store's policy (:func:`~llama_index_recency.store.index_policy`: the one
+``calibrate --save`` recorded, else the model's shipped one); ``--weight``, ``--tau-days``
+and ``--threshold`` override it. ``--user`` scopes add / ask / list / remember / forget to
+one user's memories.
+
+One small function per subcommand (``run_demo``, ``run_calibrate``, ``run_add``, ``run_ask``,
+``run_list``, ``run_remember``), each taking the parsed arguments and a :class:`Session`
+(consoles, embedding model, timings). Failures are exceptions; :func:`main` alone turns
+them into one line on stderr and an exit code (:func:`describe`). Text that comes from a
+user or an LLM is always printed through :func:`literal`, never as rich markup.
+
+The package, by concern (each module imports only those listed after it; only :func:`main`
+is public):
+
+- ``parser``: the argparse parser, its options and argument types; maps each subcommand
+  to its function.
+- ``commands``: demo, add, ask, remember, list, forget and migrate, and the ranking and
+  LLM steps they share.
+- ``calibrate``: calibrate, and calibrate's gate fit for a store without labels.
+- ``inputs``: reading and checking memory, transcript and questions files.
+- ``rendering``: everything printed: rich tables and lines, :func:`literal`.
+- ``session``: :class:`Session` (consoles, embedding model, timings, storing with progress),
+  :class:`Location`, the errors and :func:`describe`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from rich.console import Console
+from rich.text import Text
+
+from llama_index_recency.cli.parser import build_parser, checked_argv
+from llama_index_recency.cli.rendering import literal
+from llama_index_recency.cli.session import DEBUG_ENV, Session, describe
+
+
+def main(argv: Sequence[str] | None = None, *, embed_model: BaseEmbedding | None = None) -> int:
+    """Entry point of the ``llama-index-recency`` console script.
+
+    ``embed_model`` replaces the model ``--model`` would load (notebooks and tests
+    reuse one loaded model this way). Any failure is one line on stderr and a non-zero
+    exit; set ``RECENCY_DEBUG=1`` to see the traceback of an unexpected one.
+    """
+    session = Session(Console(), Console(stderr=True, soft_wrap=True), embed_model)
+    # qdrant-client's version check (in a thread) warns about a server that does not answer;
+    # the error line names it already.
+    warnings.filterwarnings("ignore", message="Failed to obtain server version")
+    try:
+        args = build_parser().parse_args(checked_argv(sys.argv[1:] if argv is None else argv))
+        return int(args.run(args, session) or 0)
+    except KeyboardInterrupt:
+        session.errors.print(Text("interrupted", style="red"))
+        return 130
+    except Exception as error:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        message, code = describe(error)
+        session.errors.print(Text("error: ", style="red") + literal(" ".join(message.split())))
+        return code

@@ -1,0 +1,362 @@
+"""The subcommands demo, add, remember, ask, list, forget and migrate (one function each),
+and the ranking and LLM steps demo and ask share."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import date
+from typing import Any
+
+from llama_index.core import VectorStoreIndex
+from llama_index.core.llms import LLM
+from llama_index.core.schema import NodeWithScore, QueryBundle
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from llama_index_recency.chat import MemoryResponseSynthesizer
+from llama_index_recency.cli.inputs import file_memories, future_date, memory, select, transcript
+from llama_index_recency.cli.rendering import (
+    literal,
+    llm_line,
+    memory_table,
+    policy_line,
+    ranking_table,
+    summary,
+)
+from llama_index_recency.cli.session import (
+    LLM_RETRIES,
+    CommandError,
+    LLMError,
+    Location,
+    Session,
+    Written,
+    default_store_path,
+    reason,
+)
+from llama_index_recency.examples import EXAMPLE_REFERENCE_DATE, example_memories, example_questions
+from llama_index_recency.filters import memory_scope
+from llama_index_recency.gate import check_gate
+from llama_index_recency.memory import FutureMemoryDateError, check_not_future
+from llama_index_recency.models import LLM_BASE_URL_ENV, openai_like_llm
+from llama_index_recency.postprocessor import RecencyBonusPostprocessor
+from llama_index_recency.prompts import RETRIEVED_MEMORY_PROMPT
+from llama_index_recency.retriever import QdrantRecencyRetriever
+from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
+from llama_index_recency.store import (
+    close_memory_index,
+    count_memories,
+    get_memories,
+    has_saved_policy,
+    index_policy,
+    migrate_store,
+)
+from llama_index_recency.updates import forget
+from llama_index_recency.vague import is_vague_reference
+from llama_index_recency.writer import remember
+
+
+def _policy(args: argparse.Namespace, index: VectorStoreIndex, today: Any) -> RecencyPolicy:
+    """The store's policy (saved, else the model's shipped one) with the explicit options on top."""
+    explicit = {name: getattr(args, name) for name in ("weight", "tau_days", "threshold")
+                if getattr(args, name, None) is not None}
+    try:
+        return index_policy(index, reference_date=today, **explicit)
+    except ValueError as error:  # pydantic's message names the field and the value
+        raise CommandError(f"bad ranking option: {_first_error(error)}") from None
+
+
+def _first_error(error: ValueError) -> str:
+    errors = getattr(error, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        field_name = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "value"
+        return f"{field_name} {first['input']!r}: {first['msg']}"
+    return str(error)
+
+
+def _llm(args: argparse.Namespace) -> LLM | None:
+    """The chat LLM when an endpoint is configured and not switched off, else ``None``."""
+    if args.no_llm or not os.environ.get(LLM_BASE_URL_ENV):
+        return None
+    return openai_like_llm(timeout=args.llm_timeout, max_retries=LLM_RETRIES)
+
+
+@contextmanager
+def _waiting(console: Console, what: str) -> Iterator[None]:
+    """A spinner with the elapsed time while the LLM thinks (on a terminal only)."""
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True,
+                  disable=not console.is_terminal) as progress:
+        progress.add_task(f"waiting for the LLM ({what})", total=None)
+        yield
+
+
+def _search(session: Session, retriever: QdrantRecencyRetriever, question: str
+            ) -> RecencyRanking:
+    """One question through the timed stages: embed, exact recency search over the store."""
+    assert session.embed_model is not None, "open the store first"
+    with session.timings.stage("question embedding"):
+        embedding = session.embed_model.get_query_embedding(question)
+    with session.timings.stage("exact recency search (Qdrant)"):
+        return retriever.explain(QueryBundle(query_str=question, embedding=embedding))
+
+
+def _rank(session: Session, index: VectorStoreIndex, question: str,
+          postprocessor: RecencyBonusPostprocessor, top_k: int) -> RecencyRanking:
+    """One question through the timed stages: embed, Qdrant search (top k), re-rank."""
+    timings = session.timings
+    assert session.embed_model is not None, "open the store first"
+    with timings.stage("question embedding"):
+        embedding = session.embed_model.get_query_embedding(question)
+    bundle = QueryBundle(query_str=question, embedding=embedding)
+    with timings.stage(f"Qdrant search (top {top_k})"):
+        candidates = index.as_retriever(similarity_top_k=top_k).retrieve(bundle)
+    with timings.stage("re-rank (bonus, sort, cutoff)"):
+        return postprocessor.explain(candidates, bundle)
+
+
+def _reply(session: Session, llm: LLM, question: str, ranking: RecencyRanking,
+           today: str, compare: bool) -> Table:
+    """Ask the LLM in B format (and with no memory for ``compare``); the replies as a table."""
+    with session.timings.stage("chat, B format"), _waiting(session.console, "B format"):
+        reply = _chat(llm, question, ranking.nodes, today)
+    replies = Table(show_header=True, expand=True)
+    if not compare:
+        replies.add_column("Reply (B format)")
+        replies.add_row(literal(reply))
+        return replies
+    with session.timings.stage("chat, OFF (no memory)"), _waiting(session.console, "no memory"):
+        without = _chat(llm, question, (), today)
+    replies.add_column("OFF (no memory)", ratio=1)
+    replies.add_column("B format", ratio=1)
+    replies.add_row(literal(without), literal(reply))
+    return replies
+
+
+def _chat(llm: LLM, question: str, memories: Sequence[NodeWithScore], today: str) -> str:
+    """Send the B-format prompt (no memory block when ``memories`` is empty); return the reply."""
+    synthesizer = MemoryResponseSynthesizer(
+        llm=llm, text_qa_template=RETRIEVED_MEMORY_PROMPT.partial_format(today=today)
+    )
+    try:
+        return str(synthesizer.synthesize(question, list(memories)))
+    except Exception as error:  # whatever the endpoint did, say what and stop
+        raise LLMError(f"the LLM at {getattr(llm, 'api_base', '?')} failed: "
+                       f"{_llm_reason(error, getattr(llm, 'timeout', None))}") from error
+
+
+def _llm_reason(error: Exception, timeout: float | None) -> str:
+    """What went wrong with an LLM call, in a few words."""
+    import openai
+
+    attempts = f"(after {LLM_RETRIES + 1} attempts)"
+    if isinstance(error, openai.APIStatusError):
+        body = error.body if isinstance(error.body, dict) else {}
+        detail = body.get("message") or error.response.reason_phrase
+        return f"HTTP {error.status_code} {detail} {attempts}"
+    if isinstance(error, openai.APITimeoutError):
+        return f"no answer within {timeout:g} s {attempts}"
+    if isinstance(error, openai.APIConnectionError):
+        return f"cannot connect: {error.__cause__ or error} {attempts}"
+    return f"unreadable answer ({reason(error)})"
+
+
+# --- subcommands ------------------------------------------------------------------------
+
+
+def run_demo(args: argparse.Namespace, session: Session) -> int:
+    """The bundled 16 memories and 10 questions through an in-memory Qdrant."""
+    console = session.console
+    llm = _llm(args)
+    questions = select(example_questions(args.lang), args.question_ids)
+    today = EXAMPLE_REFERENCE_DATE.isoformat()
+    with session.store(args.model, Location(None, None), writes=True) as index:
+        policy = _policy(args, index, EXAMPLE_REFERENCE_DATE)
+        postprocessor = RecencyBonusPostprocessor(**dict(policy), embed_model=session.embed_model)
+        console.print(
+            f"[bold]llama-index-recency demo[/]: model={args.model}, lang={args.lang}, "
+            f"today={EXAMPLE_REFERENCE_DATE}, top {args.top_k} → at most {policy.top_n}"
+        )
+        console.print(policy_line(policy))
+        console.print(llm_line(llm))
+        session.insert(index, example_memories(lang=args.lang))
+        # A vague reference needs the store's recent memories, which a postprocessor over
+        # the top k never sees: it goes through the exact retriever's vague path.
+        retriever = QdrantRecencyRetriever.from_index(index, policy)
+        for question in questions:
+            if is_vague_reference(question.text):
+                ranking = _search(session, retriever, question.text)
+            else:
+                ranking = _rank(session, index, question.text, postprocessor, args.top_k)
+            title = f"{question.id} ({question.kind}): {question.text}"
+            console.print(ranking_table(literal(title), ranking))
+            if llm is not None:
+                console.print(_reply(session, llm, question.text, ranking, today, args.compare))
+    console.print(session.timings.table())
+    return 0
+
+
+def run_add(args: argparse.Namespace, session: Session) -> int:
+    """Store one memory (FACT) or a JSON file of them."""
+    if (args.fact is None) == (args.file is None):
+        raise CommandError("give either a FACT or --file")
+    if args.file is not None:
+        nodes = file_memories(args.file, args.user_name, args.user, args.allow_future)
+    else:
+        nodes = [memory(args.fact, args.date or date.today(), args.key, args.user_name,
+                        args.user, "the memory", args.allow_future)]
+    location = Location.of(args, default_store_path())
+    with session.store(args.model, location, writes=True) as index:
+        written = session.insert(index, nodes)
+        total = count_memories(index)
+        warning = _gate_warning(session, index)
+    for text, old, new in written.replaced_keys:
+        session.console.print(literal(f"replaced the key of {text!r}: {old or '(none)'} → {new}"))
+    session.console.print(summary(written, location, total))
+    if warning:
+        session.console.print(literal(warning, "yellow"))
+    return 0
+
+
+def _gate_warning(session: Session, index: VectorStoreIndex) -> str | None:
+    """After a write, a store whose gate was fitted on itself (calibrate --save) is checked
+    again: the seed's "rerun the pass as the device accumulates memories"."""
+    if not has_saved_policy(index):
+        return None
+    with session.timings.stage("checking the relevance gate"):
+        return check_gate(index)
+
+
+def run_remember(args: argparse.Namespace, session: Session) -> int:
+    """Extract durable facts from a transcript with the LLM and store them."""
+    turns = transcript(args.transcript)
+    if args.date is not None and not args.allow_future:
+        try:
+            check_not_future(args.date)
+        except FutureMemoryDateError as error:
+            raise CommandError(future_date(error)) from None
+    if not os.environ.get(LLM_BASE_URL_ENV):
+        raise CommandError(f"remember needs an LLM: set {LLM_BASE_URL_ENV}")
+    llm = openai_like_llm(timeout=args.llm_timeout, max_retries=LLM_RETRIES)
+    location = Location.of(args, default_store_path())
+    with session.store(args.model, location, writes=True) as index:
+        before = count_memories(index)
+        with session.timings.stage("extraction (LLM) and storing"), \
+                _waiting(session.console, "extracting memories"):
+            stored = remember(turns, index, llm, memory_date=args.date, user_name=args.user_name,
+                              user_id=args.user, allow_future=args.allow_future)
+        total = count_memories(index)
+        warning = _gate_warning(session, index)
+    for node in stored:
+        session.console.print(literal(node.get_content()))
+    new = total - before
+    session.console.print(summary(Written(new, len(stored) - new), location, total))
+    if warning:
+        session.console.print(literal(warning, "yellow"))
+    return 0
+
+
+def run_ask(args: argparse.Namespace, session: Session) -> int:
+    """Rank the store's memories for one question, then (optionally) ask the LLM."""
+    llm = _llm(args)
+    session.console.print(llm_line(llm))
+    location = Location.of(args, default_store_path())
+    with session.store(args.model, location, writes=False) as index:
+        if count_memories(index) == 0:
+            raise CommandError(f"no memories stored in {location}; add some first", 1)
+        policy = _policy(args, index, args.today)
+        session.console.print(policy_line(policy))
+        retriever = QdrantRecencyRetriever.from_index(index, policy, user_id=args.user)
+        ranking = _search(session, retriever, args.question)
+    session.console.print(ranking_table(literal(args.question), ranking))
+    if llm is not None:  # the table above stays on screen if the LLM fails
+        today = policy.reference().date().isoformat()
+        session.console.print(_reply(session, llm, args.question, ranking, today, args.compare))
+    session.console.print(session.timings.table())
+    return 0
+
+
+def run_list(args: argparse.Namespace, session: Session) -> int:
+    """Print the store's memories, oldest first; needs no embedding model."""
+    location = Location.of(args, default_store_path())
+    store = location.open_existing()
+    try:
+        nodes = get_memories(store, filters=memory_scope(user_id=args.user))
+    finally:
+        close_memory_index(store)
+    whose = "" if args.user is None else f" of user {args.user}"
+    if not nodes:
+        session.console.print(literal(f"no memories{whose} stored in {location}"))
+        return 0
+    session.console.print(memory_table(f"{_memories(len(nodes))}{whose} in {location}", nodes))
+    return 0
+
+
+def _memories(count: int) -> str:
+    """``1 memory``, ``2 memories``."""
+    return f"{count} memor{'y' if count == 1 else 'ies'}"
+
+
+def run_forget(args: argparse.Namespace, session: Session) -> int:
+    """Delete the selected memories after showing them (and a yes, unless --yes)."""
+    if not (args.ids or args.user or args.before or args.match):
+        raise CommandError("forget needs memory ids, --user, --before or --match")
+    location = Location.of(args, default_store_path())
+    store = location.open_existing()
+    try:
+        scope = memory_scope(user_id=args.user, before=args.before)
+        chosen = get_memories(store, args.ids or None, scope)
+        if args.match:
+            needle = args.match.casefold()
+            chosen = [node for node in chosen if needle in node.get_content().casefold()]
+        if not chosen:
+            session.console.print(literal(f"no memory in {location} matches; nothing deleted"))
+            return 0
+        session.console.print(memory_table(f"{_memories(len(chosen))} to forget in {location}",
+                                           chosen))
+        if not args.yes and not _confirmed(f"Delete these {len(chosen)} memories for good?"):
+            session.console.print("nothing deleted")
+            return 1
+        deleted = forget(store, [node.node_id for node in chosen], user_id=args.user)
+    finally:
+        close_memory_index(store)
+    session.console.print(literal(f"deleted {deleted} memor{'y' if deleted == 1 else 'ies'} "
+                                  f"from {location}"))
+    return 0
+
+
+def _confirmed(question: str) -> bool:
+    """Ask on the terminal; with no terminal to ask on, the answer is no."""
+    if not sys.stdin or not sys.stdin.isatty():
+        raise CommandError("forget asks for confirmation on a terminal; pass --yes to delete "
+                           "without asking")
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+def run_migrate(args: argparse.Namespace, session: Session) -> int:
+    """Copy a 0.1.0 store into Qdrant Edge, with a progress bar; the source is not modified."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=session.console, transient=True,
+                  disable=not session.console.is_terminal) as progress, \
+            session.timings.stage("migrating"):
+        task = progress.add_task("copying memories", total=None)
+        done = migrate_store(args.source, args.target, collection_name=args.collection,
+                             progress=lambda copied: progress.advance(task, copied))
+    session.console.print(literal(
+        f"migrated {done.copied} memories from {args.source} (0.1.0, qdrant-client local mode) "
+        f"to {args.target} (Qdrant Edge, {done.target_count} in total); {args.source} is unchanged"
+    ))
+    return 0

@@ -1,0 +1,170 @@
+"""Input files (memories, transcripts, labelled questions), each problem a one-line
+:class:`~llama_index_recency.cli.session.CommandError` naming the file and the item."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from llama_index.core.schema import TextNode
+
+from llama_index_recency.calibration import DEFAULT_KEY, RetrievedCandidates
+from llama_index_recency.cli.session import CommandError
+from llama_index_recency.examples import ExampleQuestion
+from llama_index_recency.memory import FutureMemoryDateError, control_character, memory_node
+from llama_index_recency.writer import Turn, parse_transcript
+
+# --- input files ------------------------------------------------------------------------
+
+
+def _read_text(path: Path, what: str) -> str:
+    """A UTF-8 text file (a leading BOM is skipped), or a one-line error naming the problem."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CommandError(f"{what} {path} does not exist") from None
+    except OSError as error:
+        raise CommandError(f"cannot read {what} {path}: {error.strerror}") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise CommandError(f"{what} {path} is not UTF-8 text (byte 0x{data[error.start]:02x} at "
+                           f"offset {error.start}); save it as UTF-8") from None
+    if "\x00" in text:
+        raise CommandError(f"{what} {path} is a binary file, not text")
+    return text
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(_read_text(path, what))
+    except json.JSONDecodeError as error:
+        raise CommandError(f"{what} {path} is not valid JSON: {error.msg} at line "
+                           f"{error.lineno} column {error.colno}") from None
+
+
+def file_memories(path: Path, user_name: str | None, user_id: str | None,
+                  allow_future: bool = False) -> list[TextNode]:
+    """Every memory of an ``add --file`` JSON file, all validated before anything is stored."""
+    data = _read_json(path, "memory file")
+    if not isinstance(data, dict) or not isinstance(data.get("memories"), list):
+        raise CommandError(f'memory file {path}: expected a JSON object with a "memories" list, '
+                           f"got {_json_kind(data)}")
+    user_name = user_name or data.get("user_name")
+    if user_name is not None and not isinstance(user_name, str):
+        raise CommandError(f'memory file {path}: "user_name" must be a string, got '
+                           f"{json.dumps(user_name)}")
+    return [_file_memory(item, f"memory file {path}, memory {number}", user_name, user_id,
+                         allow_future)
+            for number, item in enumerate(data["memories"], start=1)]
+
+
+def _file_memory(item: Any, where: str, user_name: str | None, user_id: str | None,
+                 allow_future: bool) -> TextNode:
+    if not isinstance(item, dict):
+        raise CommandError(f"{where}: expected an object, got {_json_kind(item)}")
+    for name, example in (("fact", "The user likes tea."), ("date", "2026-09-01")):
+        if name not in item:
+            raise CommandError(f'{where}: no "{name}" (e.g. "{name}": "{example}")')
+        if not isinstance(item[name], str):
+            raise CommandError(f'{where}: "{name}" must be a string like "{example}", got '
+                               f"{json.dumps(item[name])}")
+    key = item.get("key")
+    if key is not None and not isinstance(key, str):
+        raise CommandError(f'{where}: "key" must be a string, got {json.dumps(key)}')
+    return memory(item["fact"], item["date"], key, user_name, user_id, where, allow_future)
+
+
+def memory(fact: str, day: date | str, key: str | None, user_name: str | None,
+           user_id: str | None, where: str, allow_future: bool = False) -> TextNode:
+    bad = control_character(fact)
+    if bad is not None:
+        raise CommandError(f"{where}: the fact contains the control character {bad!r}; a fact "
+                           "is one line of printable text")
+    try:
+        return memory_node(fact, day, user_name=user_name, user_id=user_id,
+                           metadata={DEFAULT_KEY: key} if key else None,
+                           allow_future=allow_future)
+    except FutureMemoryDateError as error:
+        raise CommandError(f"{where}: {future_date(error)}") from None
+    except (ValueError, OverflowError) as error:
+        raise CommandError(f"{where}: {error}") from None
+
+
+def future_date(error: FutureMemoryDateError) -> str:
+    """The refusal of a memory dated after tomorrow, with the CLI's way to insist."""
+    return str(FutureMemoryDateError(error.day, error.today, "pass --allow-future"))
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def transcript(path: Path) -> list[Turn]:
+    """The turns of a transcript file, or a one-line error naming the file and the line."""
+    try:
+        return parse_transcript(_read_text(path, "transcript"))
+    except ValueError as error:
+        raise CommandError(f"transcript {path}: {error}") from None
+
+
+def select(
+    questions: list[ExampleQuestion], ids: tuple[str, ...] | None
+) -> list[ExampleQuestion]:
+    if ids is None:
+        return questions
+    unknown = sorted(set(ids) - {q.id for q in questions})
+    if unknown:
+        raise CommandError(f"unknown question ids: {', '.join(unknown)}")
+    return [q for q in questions if q.id in ids]
+
+
+def load_questions(path: Path) -> list[ExampleQuestion]:
+    """Labelled questions from JSON: ``{"questions": [{"id", "text", "targets"}]}``, all
+    checked before any model loads, each problem naming the file and the question."""
+    data = _read_json(path, "questions file")
+    if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
+        raise CommandError(f'questions file {path}: expected a JSON object with a "questions" '
+                           f"list, got {_json_kind(data)}")
+    if not data["questions"]:
+        raise CommandError(f'questions file {path}: the "questions" list is empty')
+    return [_question(item, path, number) for number, item in enumerate(data["questions"], 1)]
+
+
+def _question(item: Any, path: Path, number: int) -> ExampleQuestion:
+    """One question of a questions file, or a one-line error naming its id (else its number)."""
+    where = f"questions file {path}, question {number}"
+    if not isinstance(item, dict):
+        raise CommandError(f"{where}: expected an object, got {_json_kind(item)}")
+    for name, example in (("id", "H1"), ("text", "What do I drink?")):
+        if not isinstance(item.get(name), str) or not item[name].strip():
+            raise CommandError(f'{where}: "{name}" must be a non-empty string like '
+                               f'"{example}", got {_given(item, name)}')
+        where = f"questions file {path}, question {item['id']}"  # from now on, by its id
+    targets = item.get("targets")
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        raise CommandError(f'{where}: "targets" must be a list of memory keys or ids ([] for a '
+                           f"hit-free question), got {_given(item, 'targets')}")
+    return ExampleQuestion(item["id"], item.get("kind") or ("hit" if targets else "hit_free"),
+                           item["text"], tuple(targets))
+
+
+def _given(item: dict[str, Any], name: str) -> str:
+    """``item[name]`` as JSON for an error message, or "nothing" when it is absent."""
+    return json.dumps(item[name], ensure_ascii=False) if name in item else "nothing"
+
+
+def check_targets(path: Path, sets: list[list[RetrievedCandidates]], source: str) -> None:
+    """Every target names a memory (by key, else id; each question's candidates are every
+    memory): a misspelt key would only fail its question, without ever being named."""
+    for retrieved in sets:
+        for item in retrieved:
+            names = {n.node.metadata.get(DEFAULT_KEY, n.node.node_id) for n in item.candidates}
+            for target in item.question.targets:
+                if target not in names:
+                    raise CommandError(f"questions file {path}, question {item.question.id}: "
+                                       f"target {target!r} names no memory in {source}")

@@ -1,0 +1,181 @@
+"""What the CLI prints: rich tables and lines, user and LLM text always through
+:func:`literal`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from llama_index.core.llms import LLM
+from llama_index.core.schema import BaseNode, NodeWithScore
+from rich.table import Table
+from rich.text import Text
+
+from llama_index_recency.calibration import (
+    DEFAULT_KEY,
+    Calibration,
+    PolicyFit,
+    ThresholdFit,
+    format_score,
+)
+from llama_index_recency.cli.session import Location, Written
+from llama_index_recency.memory import USER_ID_KEY
+from llama_index_recency.models import LLM_BASE_URL_ENV
+from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
+
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def literal(text: str, style: str = "") -> Text:
+    """User or LLM text shown exactly as written.
+
+    No markup is parsed (``[/b]``, ``[link=…]`` stay as typed) and control characters
+    (terminal escape sequences) are shown as ``\\x1b``-style escapes instead of being sent.
+    """
+    visible = _CONTROL_CHARACTERS.sub(lambda match: match.group().encode("unicode_escape")
+                                      .decode("ascii"), text)
+    return Text(visible, style=style)
+
+
+def policy_line(policy: RecencyPolicy) -> Text:
+    units = "" if policy.relevance == "cosine" else "relevance in cohort sd, "
+    return literal(f"policy: {units}bonus={policy.weight:g}·exp(−days/{policy.tau_days:g}), "
+                   f"threshold={policy.threshold:g}, at most {policy.top_n}")
+
+
+def _memory_label(node: NodeWithScore) -> str:
+    key = node.node.metadata.get(DEFAULT_KEY)
+    return str(key) if key else _shorten(node.node.get_content(), 48)
+
+
+def _shorten(text: str, width: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def ranking_table(title: Text, ranking: RecencyRanking) -> Table:
+    table = Table(title=title, title_justify="left", caption_justify="left")
+    table.add_column("Memory", overflow="fold")
+    relevance = "Raw cosine" if ranking.relevance == "cosine" else "Relevance (sd)"
+    for column in (relevance, "Bonus", "Final"):
+        table.add_column(column, justify="right")
+    table.add_column("Verdict")
+    for row in ranking.rows:
+        style = "bold green" if row.kept else "dim"
+        table.add_row(literal(row.text), f"{row.raw:.3f}", f"+{row.bonus:.3f}",
+                      f"{row.final:.3f}", literal(row.reason), style=style)
+    if ranking.nodes:
+        table.caption = literal("→ into the prompt: "
+                                + ", ".join(_memory_label(n) for n in ranking.nodes))
+    else:
+        table.caption = Text("→ no memory enters the prompt")
+    if ranking.vague:
+        table.caption.append(f"\n{VAGUE_CAPTION}", style="italic")
+    return table
+
+
+VAGUE_CAPTION = "vague reference: recent memories listed to ask back"
+
+
+def llm_line(llm: LLM | None) -> Text:
+    if llm is None:
+        return Text(f"LLM: off (set {LLM_BASE_URL_ENV} to send the B-format prompt)")
+    return literal(f"LLM: {getattr(llm, 'model', '?')} at {getattr(llm, 'api_base', '?')}")
+
+
+def summary(written: Written, location: Location, total: int) -> Text:
+    """``stored 1 new memory, 2 already stored (3 in total) in DIR``."""
+    line = f"stored {written.new} new memor{'y' if written.new == 1 else 'ies'}"
+    if written.already:
+        line += f", {written.already} already stored"
+    return literal(f"{line} ({total} in total) in {location}")
+
+
+def memory_table(title: str, nodes: Sequence[BaseNode]) -> Table:
+    """Memories oldest first: date, user (when any has one), key, text and id, all shown
+    literally."""
+    table = Table(title=literal(title), title_justify="left")
+    users = any(node.metadata.get(USER_ID_KEY) is not None for node in nodes)
+    table.add_column("Date")
+    if users:
+        table.add_column("User")
+    table.add_column("Key")
+    table.add_column("Memory", overflow="fold")
+    table.add_column("Id", overflow="fold")
+    for node in sorted(nodes, key=lambda n: str(n.metadata.get("date", ""))):
+        user = [literal(str(node.metadata.get(USER_ID_KEY) or ""))] if users else []
+        table.add_row(literal(str(node.metadata.get("date", ""))), *user,
+                      literal(str(node.metadata.get(DEFAULT_KEY, ""))),
+                      literal(node.get_content()), node.node_id)
+    return table
+
+
+def calibration_table(result: Calibration) -> Table:
+    """The seed's table turned sideways (a column per candidate) so many targets still fit."""
+    table = Table(title=f"Candidates at threshold {result.threshold:g} (red: condition failed)",
+                  title_justify="left")
+    table.add_column("Condition", overflow="fold")
+    for row in result.results:
+        table.add_column(f"w={row.weight:g}\nτ={row.tau_days:g} d", justify="right")
+    letter = result.conditions[0][0]
+    table.add_row(f"({letter}) hit-free max", *(
+        _cell(f"{row.hit_free.final:.3f}", letter in row.failed) for row in result.results
+    ))
+    table.add_row("    where", *(literal(f"{row.hit_free.question_id} {row.hit_free.key}")
+                               for row in result.results), style="dim")
+    table.add_row("    headroom", *(f"{row.headroom:.3f}" for row in result.results), style="dim")
+    vague = {check.letter: index for index, check in enumerate(result.results[0].vague)}
+    index = 0
+    for letter, _ in result.conditions[1:]:
+        if letter in vague:  # a vague reference: how many targets its path listed
+            table.add_row(literal(f"({letter}) {result.results[0].vague[vague[letter]].label}"),
+                          *(_cell(row.vague[vague[letter]].cell, letter in row.failed)
+                            for row in result.results))
+            continue
+        label = result.results[0].targets[index].label
+        table.add_row(literal(f"({letter}) {label}"), *(
+            _cell(format_score(row.targets[index].final, result.top_k), letter in row.failed)
+            for row in result.results
+        ))
+        index += 1
+    table.add_row("Verdict", *(
+        _cell(result.verdict(row), not row.passed, "bold green" if row is result.adopted else "")
+        for row in result.results
+    ), end_section=True)
+    return table
+
+
+def policy_fit_table(fit: PolicyFit) -> Table:
+    """One row per spread-scaled candidate: its fitted threshold, headroom and recency effect."""
+    table = Table(title=f"Candidates scaled to the raw-cosine sd {fit.sd:.4f}, each with its "
+                  "fitted threshold (red: fails)", title_justify="left")
+    for column in ("k (sd)", "Weight", "τ (d)", "Threshold", "Hit-free max", "Lowest target",
+                   "Headroom (sd)", "Newer first", "Verdict"):
+        table.add_column(column, justify="left" if column in ("Hit-free max", "Lowest target",
+                                                               "Verdict") else "right")
+    for candidate in fit.candidates:
+        lowest, hit_free = candidate.fit.lowest_target, candidate.fit.hit_free
+        style = "bold green" if candidate is fit.adopted else ("" if candidate.passed else "red")
+        table.add_row(
+            f"{candidate.k:.1f}", f"{candidate.weight:g}", f"{candidate.tau_days:g}",
+            "–" if candidate.threshold is None else f"{candidate.threshold:.4g}",
+            literal(f"{hit_free.final:.3f} ({hit_free.question_id} {hit_free.key})"),
+            "–" if lowest is None else literal(f"{format_score(lowest.final)} ({lowest.label})"),
+            "–" if candidate.headroom_sd is None else f"{candidate.headroom_sd:.2f}",
+            f"{len(candidate.newer_first)}/{candidate.contradictions}",
+            fit.verdict(candidate), style=style,
+        )
+    return table
+
+
+def _cell(text: str, failed: bool, style: str = "") -> Text:
+    return literal(text, "red" if failed else style)
+
+
+def fit_table(fit: ThresholdFit) -> Table:
+    table = Table(title="Threshold fit", title_justify="left", show_header=False)
+    table.add_column("Item")
+    table.add_column("Value", overflow="fold")
+    for item, value in fit.rows():
+        table.add_row(item, literal(value))
+    return table
