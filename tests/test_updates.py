@@ -9,11 +9,16 @@ import pytest
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_recency import (
+    MemoryNotFoundError,
+    PartialWriteError,
     QdrantRecencyRetriever,
     RecencyBonusPostprocessor,
+    aforget,
+    aupdate_memory,
     memory_history,
     memory_node,
     open_memory_index,
+    update_memory,
 )
 from llama_index_recency.store import (
     count_memories,
@@ -238,3 +243,107 @@ def test_a_long_successor_chain_costs_one_search_per_link_level(engine: str, tmp
     assert len(searches) <= 200 + 5  # the chain's depth, plus the exact search's few
     rows = {row.node_id: row.reason for row in retriever.explain(QUERY).rows}
     assert [rows[i] for i in head] == [f"kept; superseded by {newest}"] * 3
+
+
+# -- the one store-level write ---------------------------------------------------------------
+
+def many(count: int) -> tuple[list, KnownCosineEmbedding]:
+    nodes = [memory_node(f"Taro's fact number {i}.", "2026-09-01", user_id="taro")
+             for i in range(count)]
+    return nodes, KnownCosineEmbedding(cosines_for(nodes, [0.1] * count))
+
+
+def counting_adds(index, monkeypatch) -> list[int]:
+    """The sizes of the store's add calls from now on."""
+    calls: list[int] = []
+    store_class = type(index.vector_store)
+    original = store_class.add
+    monkeypatch.setattr(store_class, "add", lambda store, nodes, **kw: calls.append(len(nodes))
+                        or original(store, nodes, **kw))
+    return calls
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_write_in_batches_reports_progress_and_a_rerun_writes_nothing(
+        engine: str, tmp_path: Path, monkeypatch) -> None:
+    nodes, embed = many(70)
+    index = open_index(engine, tmp_path, embed)
+    progress: list[tuple[str, int, int]] = []
+    adds = counting_adds(index, monkeypatch)
+    result = insert_memories(index, nodes, on_progress=lambda *step: progress.append(step))
+    assert len(result.new) == 70 and not result.changed and not result.unchanged
+    assert adds == [64, 6] and count_memories(index) == 70
+    assert progress == [("embedding", done, 70) for done in (16, 32, 48, 64, 70)] + [
+        ("storing", 64, 70), ("storing", 70, 70)]
+    again = insert_memories(index, [fresh(node) for node in nodes])
+    assert again.new == () and len(again.unchanged) == 70 and adds == [64, 6]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_failed_batch_says_exactly_how_many_were_stored_and_a_rerun_stores_the_rest(
+        engine: str, tmp_path: Path, monkeypatch) -> None:
+    nodes, embed = many(70)
+    index = open_index(engine, tmp_path, embed)
+    store_class = type(index.vector_store)
+    original = store_class.add
+    calls = []
+
+    def fail_second(store, batch, **kwargs):
+        calls.append(len(batch))
+        if len(calls) == 2:
+            raise OSError("disk on fire")
+        return original(store, batch, **kwargs)
+
+    monkeypatch.setattr(store_class, "add", fail_second)
+    with pytest.raises(PartialWriteError, match=r"^stored 64 of 70 memories; 6 not stored: "
+                                                r"OSError: disk on fire$") as raised:
+        insert_memories(index, [fresh(node) for node in nodes])
+    assert (raised.value.stored, raised.value.total) == (64, 70)
+    assert count_memories(index) == 64
+    rerun = insert_memories(index, [fresh(node) for node in nodes])
+    assert len(rerun.new) == 6 and len(rerun.unchanged) == 64 and count_memories(index) == 70
+
+
+def test_a_re_added_memory_reports_what_it_had(index) -> None:
+    insert_memories(index, [fresh(BLACK)])
+    black = memory_node("Taro drinks coffee black.", "2026-05-20",
+                        metadata={"user_id": "taro", "kind": "habit"})
+    result = insert_memories(index, [black])
+    assert result.changed == {BLACK.node_id: BLACK.metadata}
+    assert get_memories(index, [BLACK.node_id])[0].metadata["kind"] == "habit"
+
+
+# -- update_memory -----------------------------------------------------------------------------
+
+def test_update_memory_stores_a_new_version_owned_by_the_old_ones_user(index) -> None:
+    insert_memories(index, [fresh(n) for n in (BLACK, TRAINS, HANAKO)])
+    latte = update_memory(index, BLACK.node_id, "Taro switched to sweet café au lait.",
+                          "2026-09-01")
+    assert latte.node_id == LATTE.node_id  # the same memory the writer would have made
+    assert latte.metadata["user_id"] == "taro"
+    assert latte.metadata[SUPERSEDES_KEY] == [BLACK.node_id]
+    assert count_memories(index) == 4  # the old version is kept
+    assert [n.node_id for n in memory_history(index, BLACK.node_id)] == [BLACK.node_id,
+                                                                          LATTE.node_id]
+    _, found = retrieve(index, user_id="taro")
+    assert [n.node.node_id for n in found][:2] == [LATTE.node_id, BLACK.node_id]
+
+
+def test_update_memory_refuses_an_unknown_or_another_users_id_in_one_line(index) -> None:
+    insert_memories(index, [fresh(n) for n in (BLACK, HANAKO)])
+    missing = "5f1d6e3c-0000-4000-8000-000000000000"
+    with pytest.raises(MemoryNotFoundError, match=f"^no memory '{missing}' in the store$"):
+        update_memory(index, missing, "Taro drinks tea.", "2026-09-01")
+    with pytest.raises(MemoryNotFoundError,
+                       match=f"^no memory '{HANAKO.node_id}' of user 'taro' in the store$"):
+        update_memory(index, HANAKO.node_id, "Taro drinks tea.", "2026-09-01", user_id="taro")
+    assert count_memories(index) == 2
+
+
+async def test_aupdate_memory_and_aforget(index) -> None:
+    insert_memories(index, [fresh(n) for n in (BLACK, TRAINS, HANAKO)])
+    latte = await aupdate_memory(index, BLACK.node_id, "Taro switched to sweet café au lait.",
+                                 "2026-09-01", user_id="taro")
+    assert latte.node_id == LATTE.node_id
+    assert await aforget(index, [BLACK.node_id]) == 1
+    assert SUPERSEDES_KEY not in get_memories(index, [LATTE.node_id])[0].metadata
