@@ -34,7 +34,7 @@ from llama_index.core.vector_stores.utils import (
 from pydantic_core import PydanticSerializationError
 
 from llama_index_recency.filters import has_condition, to_edge_filter
-from llama_index_recency.memory import USER_ID_KEY
+from llama_index_recency.memory import SUPERSEDES_KEY, USER_ID_KEY
 
 logger = logging.getLogger(__name__)
 _WARNED: set[tuple[str, int, int]] = set()
@@ -413,10 +413,12 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         return self._shard
 
     def _ensure_indexes(self) -> None:
-        """A datetime index on the date key and keyword indexes on doc_id and user_id."""
+        """A datetime index on the date key and keyword indexes on doc_id, user_id and
+        supersedes (the successor search runs on every retrieval: it must not scan)."""
         assert self._shard is not None
         wanted = {DOCUMENT_ID_KEY: edge.PayloadSchemaType.Keyword,
-                  USER_ID_KEY: edge.PayloadSchemaType.Keyword}
+                  USER_ID_KEY: edge.PayloadSchemaType.Keyword,
+                  SUPERSEDES_KEY: edge.PayloadSchemaType.Keyword}
         if self.date_key is not None:
             wanted[self.date_key] = edge.PayloadSchemaType.Datetime
         existing = self._shard.info().payload_schema

@@ -346,7 +346,8 @@ def test_reopen_after_close_keeps_everything(shard_path: Path) -> None:
         assert reopened.dimensions == 32
         assert reopened.get_nodes() == before
         assert reopened.metadata == {"embedding": {"model": "m", "dimensions": 32}}
-        assert set(reopened.client.info().payload_schema) == {"date", "doc_id", "user_id"}
+        assert set(reopened.client.info().payload_schema) == {"date", "doc_id", "user_id",
+                                                              "supersedes"}
         query = np.ones(32)
         result = reopened.query(VectorStoreQuery(query_embedding=query.tolist(),
                                                  similarity_top_k=5))
@@ -364,7 +365,7 @@ def test_dimensions_creates_the_shard_at_once_and_date_key_is_indexed(shard_path
         schema = store.client.info().payload_schema
         assert {key: str(info.data_type) for key, info in schema.items()} == {
             "when": "PayloadSchemaType.Datetime", "doc_id": "PayloadSchemaType.Keyword",
-            "user_id": "PayloadSchemaType.Keyword"}
+            "user_id": "PayloadSchemaType.Keyword", "supersedes": "PayloadSchemaType.Keyword"}
     finally:
         store.close()
     lazy = QdrantEdgeVectorStore(shard_path.parent / "lazy", date_key=None)
