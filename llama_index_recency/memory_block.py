@@ -40,7 +40,7 @@ from llama_index_recency.retriever import QdrantRecencyRetriever
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.store import EDGE_DIRECTORY, index_policy, vector_store_of
 from llama_index_recency.vague import is_vague_ranking
-from llama_index_recency.writer import Turn, remember
+from llama_index_recency.writer import MemoryWriteError, Turn, remember
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
     :meth:`remember_session` (at session end) send only what was not sent yet. Every
     conversation waits in the outbox (:attr:`outbox_path`) until it is stored; a failed
     write (LLM or store down) is kept there for :meth:`wait_for_writes` and for the next
-    block opened over the store.
+    block opened over the store, while an answer that gives no valid fact is dropped.
     """
 
     name: str = Field(default="recency_memory", description="The block's name in the prompt.")
@@ -299,8 +299,8 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
         return self._write(conversation)
 
     def _write(self, conversation: Conversation) -> list[TextNode]:
-        """Extract and store, then drop ``conversation`` from the outbox; a failure keeps it for
-        a retry (logged once per streak)."""
+        """Extract and store, then drop ``conversation`` from the outbox; a failed call or store
+        keeps it for a retry (logged once per streak), an answer with no valid fact does not."""
         assert self.llm is not None  # only a block with an llm hands conversations over
         try:
             # The conversation's own day (the policy's reference date if set), never a typo.
@@ -308,6 +308,11 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
                               memory_date=conversation.day, user_name=conversation.user_name,
                               user_id=conversation.user_id, allow_future=True)
         except Exception as error:  # noqa: BLE001 - whatever failed, the turns must survive
+            if _answered(error):
+                self._outbox.remove(conversation.id)
+                logger.warning("%s: no memory written from a conversation, not retried (asking "
+                               "again would get the same): %s", self.name, error)
+                return []
             with self._lock:
                 first = not self._failed
                 self._failed.append(conversation)
@@ -343,6 +348,12 @@ class _SessionTurns:
             if key not in self.sent:
                 new.append((key, turn))
         return new
+
+
+def _answered(error: Exception) -> bool:
+    """Whether the LLM answered but no valid fact came of it (the writer's errors without an
+    underlying failure): a retry would only ask the same again."""
+    return isinstance(error, MemoryWriteError) and error.__cause__ is None
 
 
 def _edge_outbox_path(index: VectorStoreIndex) -> Optional[Path]:

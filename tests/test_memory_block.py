@@ -402,6 +402,22 @@ async def test_each_turn_is_sent_for_extraction_once_across_turns_flushes_and_th
     assert all(len(request) == len(set(request)) for request in sent_turns(extraction_server))
 
 
+async def test_an_answer_with_no_valid_fact_is_dropped_not_retried(openai_server, caplog) -> None:
+    """The LLM answered, but its only fact is invalid: asking again would get the same, so the
+    conversation leaves the outbox with one warning; only failed calls or stores are retried."""
+    openai_server.reply = ToolCall(RECORD, {"memories": [
+        {"turn": 2, "kind": "event", "fact": "The user was told it is noted."}]})
+    block = RecencyMemoryBlock(index=tea_index(), llm=extraction_llm(openai_server))
+    with caplog.at_level(logging.WARNING, logger="llama_index_recency"):
+        await block.aput(TALK)
+        assert await block.await_writes() == 0
+        assert block.wait_for_writes() == 0
+    assert block.pending_retries == 0 and len(openai_server.requests) == 1
+    assert block.outbox_path is not None and not block.outbox_path.exists()
+    (record,) = caplog.records
+    assert "not retried" in record.getMessage() and "turn 2 is not a user turn" in record.getMessage()
+
+
 # --- the outbox --------------------------------------------------------------------------------
 
 def disk_index(path: Path):
