@@ -1,21 +1,24 @@
-"""A LlamaIndex ``Memory`` block: dated facts recalled by cosine + recency, written in the background.
+"""A LlamaIndex ``Memory`` block: dated facts recalled by cosine + recency, written during the session.
 
 ``Memory.from_defaults(memory_blocks=[RecencyMemoryBlock(index=...)])`` gives an agent
 (``FunctionAgent``, ``AgentWorkflow``, ``ReActAgent``) a long-term memory that prefers what
 is recent: each turn it ranks the user's memories exactly (:class:`QdrantRecencyRetriever`)
-and injects the passing ones in B format, or nothing at all when none passes. When
-``Memory`` flushes old messages, the block extracts dated facts from them with the writer,
-off the voice turn, in a worker thread.
+and injects the passing ones in B format, or nothing at all when none passes. As the
+session goes on, the block hands each finished exchange to the writer, which extracts
+dated facts off the voice turn, in a worker thread; an outbox beside the store keeps
+what is not written yet across failures and restarts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
-import queue
 import threading
+from collections import Counter, deque
 from datetime import date
-from typing import Any, List, Optional
+from pathlib import Path
+from typing import Any, List, Optional, Sequence
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
@@ -26,6 +29,8 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.schema import TextNode
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
+from llama_index_recency.edge import QdrantEdgeVectorStore
+from llama_index_recency.outbox import Conversation, Outbox
 from llama_index_recency.prompts import (
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
     memory_context,
@@ -33,13 +38,16 @@ from llama_index_recency.prompts import (
 )
 from llama_index_recency.retriever import QdrantRecencyRetriever
 from llama_index_recency.scoring import RecencyPolicy
-from llama_index_recency.store import index_policy
+from llama_index_recency.store import EDGE_DIRECTORY, index_policy, vector_store_of
 from llama_index_recency.vague import is_vague_ranking
-from llama_index_recency.writer import Turn, remember
+from llama_index_recency.writer import MemoryWriteError, Turn, remember
 
 logger = logging.getLogger(__name__)
 
 _WORKER_IDLE_SECONDS = 5.0  # a writer thread with nothing to do for this long exits
+
+OUTBOX_DIRECTORY = "outbox"
+"""Where a local Edge store (``DIR/edge/<collection>``) keeps its outbox: ``DIR/outbox/<collection>.jsonl``."""
 
 
 class RecencyMemoryBlock(BaseMemoryBlock[str]):
@@ -51,12 +59,14 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
     ``<retrieved_memory>`` block), or "" so the LLM sees no memory at all. Priority 0:
     ``Memory`` never truncates it, and ``top_n`` keeps it small.
 
-    Writing (when ``Memory`` flushes short-term messages, or :meth:`remember_session`):
-    with an ``llm``, facts are extracted and stored under ``user_id``, dated as the block
-    reads (the policy's reference date if set, else today). In background mode
-    (the default) a worker thread does it so the turn never waits for the LLM; call
-    :meth:`wait_for_writes` at session end. A failed extraction keeps its messages for a
-    retry (logged once) instead of losing them.
+    Writing (with an ``llm``): during the session, each turn hands the exchanges before the
+    latest user message to a worker thread that extracts facts and stores them under
+    ``user_id``, dated as the block reads (the policy's reference date if set, else today),
+    so the turn never waits for the LLM. Each turn is sent once: a ``Memory`` flush and
+    :meth:`remember_session` (at session end) send only what was not sent yet. Every
+    conversation waits in the outbox (:attr:`outbox_path`) until it is stored; a failed
+    write (LLM or store down) is kept there for :meth:`wait_for_writes` and for the next
+    block opened over the store, while an answer that gives no valid fact is dropped.
     """
 
     name: str = Field(default="recency_memory", description="The block's name in the prompt.")
@@ -80,23 +90,44 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
         default=1, ge=1, description="How many of the latest user messages make the query."
     )
     background: bool = Field(
-        default=True, description="Write in a worker thread (True) or within the flush (False)."
+        default=True, description="Write in a worker thread during the session and on flushes "
+        "(True), or only within the flush and remember_session (False).",
     )
     max_pending: int = Field(
-        default=8, ge=1, description="Most conversations queued for writing; a full queue makes the flush wait."
+        default=8, ge=1, description="Most conversations queued for writing; a full queue makes a "
+        "flush wait (a turn never waits).",
+    )
+    outbox_path: Optional[Path] = Field(
+        default=None, description="The JSON-lines file keeping conversations not yet written, "
+        "retried by the next block opened with an llm. Default: DIR/outbox/<collection>.jsonl "
+        "for a local Edge store (open_memory_index(path=DIR)); other stores (qdrant-client local "
+        "mode, a server) need it set, else the outbox is in memory only and lost on exit. One "
+        "process at a time per file.",
     )
 
     _retriever: Optional[QdrantRecencyRetriever] = PrivateAttr(default=None)
-    _jobs: "queue.Queue[list[Turn]]" = PrivateAttr()
+    _outbox: Outbox = PrivateAttr()
+    _lock: threading.Condition = PrivateAttr(default_factory=threading.Condition)
+    _queue: "deque[Conversation]" = PrivateAttr(default_factory=deque)
+    _writing: int = PrivateAttr(default=0)
+    _failed: list[Conversation] = PrivateAttr(default_factory=list)
     _worker: Optional[threading.Thread] = PrivateAttr(default=None)
-    _failed: list[list[Turn]] = PrivateAttr(default_factory=list)
-    _failed_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
-    _worker_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _sessions: "dict[Optional[str], _SessionTurns]" = PrivateAttr(default_factory=dict)
 
     def model_post_init(self, __context: Any) -> None:
-        self._jobs = queue.Queue(maxsize=self.max_pending)
+        """Fill in the store's policy and outbox; with an llm, retry what a past process left."""
         if self.policy is None:
             self.policy = index_policy(self.index)
+        if self.outbox_path is None:
+            self.outbox_path = _edge_outbox_path(self.index)
+        self._outbox = Outbox.at(self.outbox_path)
+        orphans = self._outbox.claim_orphans() if self.llm is not None else []
+        if orphans:  # a past process's conversations: retried in the background
+            logger.info("%s: retrying %d conversation(s) left in %s", self.name, len(orphans),
+                        self.outbox_path)
+            with self._lock:
+                self._queue.extend(orphans)
+                self._start_worker()
 
     @property
     def retriever(self) -> QdrantRecencyRetriever:
@@ -114,14 +145,26 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
 
     @property
     def pending_retries(self) -> int:
-        """Conversations whose extraction failed and wait for a retry."""
-        with self._failed_lock:
+        """Conversations whose write failed and wait for a retry (they are in the outbox)."""
+        with self._lock:
             return len(self._failed)
 
-    # --- reading -------------------------------------------------------------------------------
+    # --- reading (and handing the session's finished exchanges to the writer) ------------------
 
     async def _aget(self, messages: Optional[List[ChatMessage]] = None, **block_kwargs: Any) -> str:
-        query = self._query(messages or [])
+        """Recall for the latest user message; meanwhile hand the finished exchanges to the writer."""
+        messages = messages or []
+        said = self._said(messages, block_kwargs.get("session_id"))
+        if said is None:
+            return await self._recall(messages)
+        # Keeping it in the outbox (an fsync) overlaps the retrieval; the LLM runs later.
+        _, recalled = await asyncio.gather(asyncio.to_thread(self._submit, said),
+                                           self._recall(messages))
+        return recalled
+
+    async def _recall(self, messages: List[ChatMessage]) -> str:
+        """The B-format block for the latest user message(s), or "" when no memory passes."""
+        query = self._query(messages)
         if not query:
             return ""
         found = await self.retriever.aretrieve(query)
@@ -143,83 +186,185 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
         user_texts = [m.content for m in messages if m.role == MessageRole.USER and m.content]
         return "\n".join(user_texts[-self.query_turns:]).strip()
 
+    def _said(self, messages: List[ChatMessage], session_id: Optional[str]) -> Optional[Conversation]:
+        """The session's unsent turns before its latest user message (whose reply is still to
+        come), when a background writer is there to take them."""
+        if self.llm is None or not self.background:
+            return None
+        turns = _turns(messages)
+        latest = max((i for i, turn in enumerate(turns) if turn.role == "user"), default=0)
+        return self._take(session_id, turns[:latest])
+
     # --- writing -------------------------------------------------------------------------------
 
     async def _aput(self, messages: List[ChatMessage]) -> None:
-        if self.llm is None:
+        """Memory flushed ``messages`` out of its history: write those not sent yet."""
+        if self.llm is None or not messages:
             return
-        turns = _turns(messages)
-        if not any(turn.role == "user" for turn in turns):
+        session_id = messages[0].additional_kwargs.get("session_id")  # set by Memory's flush
+        said = self._take(session_id, _turns(messages), leaving=True)
+        if said is None:
             return
         if self.background:
-            await asyncio.to_thread(self._enqueue, turns)  # waits only when the queue is full
+            await asyncio.to_thread(self._submit, said, wait=True)  # waits only for a full queue
         else:
-            await asyncio.to_thread(self._write, turns)
+            await asyncio.to_thread(self._write_now, said)
 
     def remember_session(self, memory: Memory) -> list[TextNode]:
-        """Write the session's messages still in ``memory``'s short-term history (those it
-        flushed earlier were queued for writing then); call it when the session ends."""
+        """Wait for the queued writes, then write the session's turns not sent yet (those
+        ``memory`` still holds); call it when the session ends. Returns what it stored."""
+        if self.llm is None:
+            return []
         self.wait_for_writes()
-        return self._write(_turns(memory.get_all(status=MessageStatus.ACTIVE)))
+        said = self._take(memory.session_id, _turns(memory.get_all(status=MessageStatus.ACTIVE)))
+        return [] if said is None else self._write_now(said)
 
     async def aremember_session(self, memory: Memory) -> list[TextNode]:
         """Async :meth:`remember_session`."""
+        if self.llm is None:
+            return []
         await self.await_writes()
         messages = await memory.aget_all(status=MessageStatus.ACTIVE)
-        return await asyncio.to_thread(self._write, _turns(messages))
+        said = self._take(memory.session_id, _turns(messages))
+        return [] if said is None else await asyncio.to_thread(self._write_now, said)
 
     def wait_for_writes(self) -> int:
-        """Retry failed extractions once, wait for every queued write; returns how many still failed."""
-        with self._failed_lock:
-            retries, self._failed = self._failed, []
-        for turns in retries:
-            self._enqueue(turns)
-        self._jobs.join()
-        return self.pending_retries
+        """Retry failed writes once, wait for every queued one; returns how many still failed."""
+        with self._lock:
+            self._queue.extend(self._failed)
+            self._failed.clear()
+            if self._queue:
+                self._start_worker()
+                self._lock.notify_all()
+            self._lock.wait_for(lambda: not self._queue and not self._writing)
+            return len(self._failed)
 
     async def await_writes(self) -> int:
         """Async :meth:`wait_for_writes`."""
         return await asyncio.to_thread(self.wait_for_writes)
 
-    def _enqueue(self, turns: list[Turn]) -> None:
-        self._jobs.put(turns)
-        with self._worker_lock:  # one worker at a time; it leaves when idle
-            if self._worker is None or not self._worker.is_alive():
-                self._worker = threading.Thread(target=self._work, name=f"{self.name}-writer",
-                                                daemon=True)
-                self._worker.start()
+    def _take(self, session_id: Optional[str], turns: Sequence[Turn], *,
+              leaving: bool = False) -> Optional[Conversation]:
+        """The session's ``turns`` not sent yet, marked sent, as a conversation if one of them
+        is the user's (assistant turns alone wait, as context for the next). ``leaving``:
+        ``turns`` left Memory's history (a flush), so all are marked and counted as gone."""
+        with self._lock:
+            session = self._sessions.setdefault(session_id, _SessionTurns())
+            new = session.unsent(turns)
+            if leaving or any(turn.role == "user" for _, turn in new):
+                session.sent.update(key for key, _ in new)
+            if leaving:
+                session.flushed.update((turn.role, turn.text) for turn in turns)
+        if not any(turn.role == "user" for _, turn in new):
+            return None
+        return Conversation(turns=tuple(turn for _, turn in new), day=self._today(),
+                            user_id=self.user_id, user_name=self.user_name)
+
+    def _submit(self, conversation: Conversation, *, wait: bool = False) -> None:
+        """Keep ``conversation`` in the outbox, then queue it for the worker (``wait``: for room)."""
+        self._outbox.add(conversation)
+        with self._lock:
+            if wait:
+                self._lock.wait_for(lambda: len(self._queue) < self.max_pending)
+            self._queue.append(conversation)
+            self._start_worker()
+            self._lock.notify_all()
+
+    def _start_worker(self) -> None:
+        """Start the writer thread unless it runs (one at a time; it leaves when idle). Hold ``_lock``."""
+        if self._worker is None or not self._worker.is_alive():
+            self._worker = threading.Thread(target=self._work, name=f"{self.name}-writer",
+                                            daemon=True)
+            self._worker.start()
 
     def _work(self) -> None:
+        """The writer thread: write queued conversations one at a time, leave when idle."""
         while True:
+            with self._lock:
+                if not self._lock.wait_for(lambda: self._queue, timeout=_WORKER_IDLE_SECONDS):
+                    self._worker = None
+                    return
+                conversation = self._queue.popleft()
+                self._writing += 1
             try:
-                turns = self._jobs.get(timeout=_WORKER_IDLE_SECONDS)
-            except queue.Empty:
-                with self._worker_lock:
-                    if self._jobs.empty():
-                        self._worker = None
-                        return
-                continue
-            try:
-                self._write(turns)
+                self._write(conversation)
             finally:
-                self._jobs.task_done()
+                with self._lock:
+                    self._writing -= 1
+                    self._lock.notify_all()
 
-    def _write(self, turns: list[Turn]) -> list[TextNode]:
-        """Extract and store; on failure keep ``turns`` for a retry and log (once per streak)."""
-        if not turns or self.llm is None:
-            return []
+    def _write_now(self, conversation: Conversation) -> list[TextNode]:
+        """Write in this thread, kept in the outbox until done."""
+        self._outbox.add(conversation)
+        return self._write(conversation)
+
+    def _write(self, conversation: Conversation) -> list[TextNode]:
+        """Extract and store, then drop ``conversation`` from the outbox; a failed call or store
+        keeps it for a retry (logged once per streak), an answer with no valid fact does not."""
+        assert self.llm is not None  # only a block with an llm hands conversations over
         try:
-            # The block's own today (the policy's reference date if set), never a typo.
-            stored = remember(turns, self.index, self.llm, memory_date=self._today(),
-                              user_name=self.user_name, user_id=self.user_id, allow_future=True)
-        except Exception as error:  # noqa: BLE001 - whatever failed, the messages must survive
-            with self._failed_lock:
+            # The conversation's own day (the policy's reference date if set), never a typo.
+            stored = remember(list(conversation.turns), self.index, self.llm,
+                              memory_date=conversation.day, user_name=conversation.user_name,
+                              user_id=conversation.user_id, allow_future=True)
+        except Exception as error:  # noqa: BLE001 - whatever failed, the turns must survive
+            if _answered(error):
+                self._outbox.remove(conversation.id)
+                logger.warning("%s: no memory written from a conversation, not retried (asking "
+                               "again would get the same): %s", self.name, error)
+                return []
+            with self._lock:
                 first = not self._failed
-                self._failed.append(turns)
+                self._failed.append(conversation)
             if first:
                 logger.warning("%s: could not write memories, kept for a retry: %s", self.name, error)
             return []
+        self._outbox.remove(conversation.id)
         return stored
+
+
+class _SessionTurns:
+    """Which turns of one session went to the writer, so each goes once.
+
+    A turn is known by a hash of its role, text and occurrence in the session (a user who
+    says "yes" twice said two turns); occurrences count on from the turns a flush took out
+    of the history the block is shown.
+    """
+
+    def __init__(self) -> None:
+        self.sent: set[bytes] = set()
+        self.flushed: Counter[tuple[str, str]] = Counter()
+
+    def unsent(self, turns: Sequence[Turn]) -> list[tuple[bytes, Turn]]:
+        """The not yet sent of ``turns`` (the history after the flushed turns, in order), keyed."""
+        seen: Counter[tuple[str, str]] = Counter()
+        new = []
+        for turn in turns:
+            said = (turn.role, turn.text)
+            occurrence = self.flushed[said] + seen[said]
+            seen[said] += 1
+            key = hashlib.blake2b(f"{turn.role}\0{occurrence}\0{turn.text}".encode(),
+                                  digest_size=16).digest()
+            if key not in self.sent:
+                new.append((key, turn))
+        return new
+
+
+def _answered(error: Exception) -> bool:
+    """Whether the LLM answered but no valid fact came of it (the writer's errors without an
+    underlying failure): a retry would only ask the same again."""
+    return isinstance(error, MemoryWriteError) and error.__cause__ is None
+
+
+def _edge_outbox_path(index: VectorStoreIndex) -> Optional[Path]:
+    """``DIR/outbox/<collection>.jsonl`` for a store at ``DIR/edge/<collection>``, else None."""
+    store = vector_store_of(index)
+    if not isinstance(store, QdrantEdgeVectorStore):
+        return None
+    shard = Path(store.path)
+    if shard.parent.name != EDGE_DIRECTORY:
+        return None
+    return shard.parent.parent / OUTBOX_DIRECTORY / f"{shard.name}.jsonl"
 
 
 def _turns(messages: List[ChatMessage]) -> list[Turn]:

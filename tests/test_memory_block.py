@@ -1,10 +1,23 @@
-"""RecencyMemoryBlock in LlamaIndex's Memory and agents: recall in B format, scoped writes in the background."""
+"""RecencyMemoryBlock in LlamaIndex's Memory and agents: recall in B format, scoped writes
+during the session, each turn sent once, an outbox that survives failures and restarts."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import math
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
 from datetime import date
+from http.server import ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from llama_index.core import MockEmbedding
@@ -13,10 +26,13 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.llms.mock import MockFunctionCallingLLMWithChatMemoryOfLastCall
 from llama_index.core.memory import Memory
 from llama_index.core.schema import TextNode
+from llama_index.core.storage.chat_store.base_db import MessageStatus
 
+from llama_index_recency.store import check_memory_store
 from llama_index_recency import (
     RecencyMemoryBlock,
     RecencyPolicy,
+    close_memory_index,
     count_memories,
     get_memories,
     memory_node,
@@ -24,7 +40,7 @@ from llama_index_recency import (
     openai_like_llm,
 )
 
-from conftest import KnownCosineEmbedding, OpenAIServer, ToolCall
+from conftest import KnownCosineEmbedding, OpenAIServer, ToolCall, _handler
 
 TODAY = "2026-09-10"
 BLACK = ("The user drinks coffee black.", "2026-08-20", 0.471)
@@ -64,6 +80,27 @@ def coffee_index(users: tuple[str | None, ...] = (None,)):
 
 def extraction_llm(server: OpenAIServer):
     return openai_like_llm(model="qwen-test", api_base=server.base_url, api_key="k", max_retries=0)
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait until ``check()`` holds (the block writes in a worker thread); fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "not within the time allowed"
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+def extraction_server() -> Iterator[OpenAIServer]:
+    """A second loopback server, for extraction: the agent talks to ``openai_server``."""
+    state = OpenAIServer()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    state.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield state
+    state.release.set()
+    httpd.shutdown()
+    httpd.server_close()
 
 
 async def test_the_block_injects_passing_memories_and_nothing_for_a_hit_free_question() -> None:
@@ -213,7 +250,7 @@ async def test_a_failed_extraction_keeps_the_messages_and_retries(openai_server,
     with caplog.at_level(logging.WARNING, logger="llama_index_recency"):
         await block.aput(TALK)
         await block.aput(TALK)
-        block._jobs.join()  # both attempts done, both failed
+        await eventually(lambda: block.pending_retries == 2)  # both attempts done, both failed
     assert block.pending_retries == 2 and count_memories(index) == 0
     assert len([r for r in caplog.records if "kept for a retry" in r.getMessage()]) == 1
     assert block.wait_for_writes() == 0  # the retries succeed
@@ -286,3 +323,196 @@ async def test_remember_session_skips_what_memory_already_flushed_to_the_block(o
     await block.aremember_session(memory)
     last = openai_server.requests[-1]["messages"][-1]["content"]
     assert "Now I drink green tea daily." in last and "I like green tea. user:" not in last
+
+
+# --- writing during the session, each turn once -------------------------------------------------
+
+RECORD = "record_memories"
+NOTHING = ToolCall(RECORD, {"memories": []})
+TURN_LINE = re.compile(r"^\d+\. (user|assistant): (.*)$")
+
+
+def sent_turns(server: OpenAIServer) -> list[list[tuple[str, str]]]:
+    """The (role, text) turns of each extraction request the server received, in order."""
+    requests = []
+    for body in server.requests:
+        conversation = body["messages"][-1]["content"].split("</conversation>")[0]
+        requests.append([match.groups() for line in conversation.splitlines()
+                         if (match := TURN_LINE.match(line))])
+    return requests
+
+
+def agent(server: OpenAIServer) -> FunctionAgent:
+    """A FunctionAgent chatting through ``server``."""
+    llm = openai_like_llm(model="qwen-test", api_base=server.base_url, api_key="k", max_retries=0)
+    return FunctionAgent(tools=[], llm=llm, system_prompt="You are Mimi.")
+
+
+async def test_what_the_user_says_is_stored_during_the_session_without_a_call_by_the_app(
+        openai_server, extraction_server) -> None:
+    """Memory's defaults flush nothing in four turns; the block writes turn 2's fact anyway."""
+    tea = ToolCall(RECORD, {"memories": [
+        {"turn": 1, "kind": "preference", "fact": "The user likes green tea."}]})
+    extraction_server.replies = [NOTHING, tea]  # one request per exchange, in order
+    extraction_server.reply = NOTHING
+    openai_server.replies = ["Hi Taro!", "Green tea, noted.", "Have fun.", "Good night!"]
+    index = tea_index()
+    block = RecencyMemoryBlock(index=index, llm=extraction_llm(extraction_server), user_id="taro")
+    memory = Memory.from_defaults(session_id="live", memory_blocks=[block])
+    mimi = agent(openai_server)
+    for said in ("Hello, I'm Taro.", "I like green tea.", "I'm hiking tomorrow.", "Good night."):
+        await mimi.run(said, memory=memory)
+    await eventually(lambda: count_memories(index) == 1)
+    (stored,) = get_memories(index)
+    assert stored.get_content().endswith("The user likes green tea.")
+    assert stored.metadata["user_id"] == "taro"
+    assert ("user", "I like green tea.") in sent_turns(extraction_server)[1]
+    assert await memory.aget_all(status=MessageStatus.ARCHIVED) == []  # Memory flushed nothing
+
+
+async def test_each_turn_is_sent_for_extraction_once_across_turns_flushes_and_the_end(
+        openai_server, extraction_server) -> None:
+    """A turn's text is in exactly one extraction request: sent during the session, never again
+    on a flush or at the session's end; a user saying the same thing twice said two turns."""
+    extraction_server.reply = NOTHING
+    said = ["I like green tea.", "Yes, exactly.", "I moved to Osaka last month.",
+            "Yes, exactly.", "My sister visits in May.", "Good night."]
+    replies = [f"Reply number {n}." for n in range(1, len(said) + 1)]
+    openai_server.replies = list(replies)
+    block = RecencyMemoryBlock(index=tea_index(), llm=extraction_llm(extraction_server))
+    memory = Memory.from_defaults(session_id="once", token_limit=60, chat_history_token_ratio=0.5,
+                                  token_flush_size=10, memory_blocks=[block])
+    mimi = agent(openai_server)
+    for text in said:
+        await mimi.run(text, memory=memory)
+    assert await memory.aget_all(status=MessageStatus.ARCHIVED)  # Memory did flush
+    await block.await_writes()
+    during = [turn for request in sent_turns(extraction_server) for turn in request]
+    assert ("user", "My sister visits in May.") in during  # written as the session went on
+
+    await block.aremember_session(memory)
+    requests = len(extraction_server.requests)
+    assert await block.aremember_session(memory) == []
+    assert len(extraction_server.requests) == requests  # nothing left to send
+
+    counts = Counter(turn for request in sent_turns(extraction_server) for turn in request)
+    assert counts == Counter([("user", text) for text in said]
+                             + [("assistant", text) for text in replies])
+    assert counts[("user", "Yes, exactly.")] == 2
+    assert all(len(request) == len(set(request)) for request in sent_turns(extraction_server))
+
+
+async def test_an_answer_with_no_valid_fact_is_dropped_not_retried(openai_server, caplog) -> None:
+    """The LLM answered, but its only fact is invalid: asking again would get the same, so the
+    conversation leaves the outbox with one warning; only failed calls or stores are retried."""
+    openai_server.reply = ToolCall(RECORD, {"memories": [
+        {"turn": 2, "kind": "event", "fact": "The user was told it is noted."}]})
+    block = RecencyMemoryBlock(index=tea_index(), llm=extraction_llm(openai_server))
+    with caplog.at_level(logging.WARNING, logger="llama_index_recency"):
+        await block.aput(TALK)
+        assert await block.await_writes() == 0
+        assert block.wait_for_writes() == 0
+    assert block.pending_retries == 0 and len(openai_server.requests) == 1
+    assert block.outbox_path is not None and not block.outbox_path.exists()
+    (record,) = caplog.records
+    assert "not retried" in record.getMessage() and "turn 2 is not a user turn" in record.getMessage()
+
+
+# --- the outbox --------------------------------------------------------------------------------
+
+def disk_index(path: Path):
+    return open_memory_index(MockEmbedding(embed_dim=4), path=path)
+
+
+async def test_a_failed_write_waits_in_the_outbox_beside_the_store(tmp_path, closed_port_url) -> None:
+    index = disk_index(tmp_path)
+    llm = openai_like_llm(model="qwen-test", api_base=closed_port_url, api_key="k", max_retries=0)
+    block = RecencyMemoryBlock(index=index, llm=llm, user_id="hanako", user_name="Hanako")
+    await block.aput(TALK)
+    assert await block.await_writes() == 1
+    assert block.outbox_path == tmp_path / "outbox" / "memories.jsonl"
+    (line,) = block.outbox_path.read_text(encoding="utf-8").splitlines()
+    entry = json.loads(line)
+    assert (entry["user_id"], entry["user_name"]) == ("hanako", "Hanako")
+    assert entry["turns"] == [{"role": "user", "text": "I like green tea."},
+                              {"role": "assistant", "text": "Noted!"}]
+    close_memory_index(index)
+    assert os.listdir(tmp_path / "edge") == ["memories"]  # nothing of the outbox in Edge's part
+    check_memory_store(tmp_path, must_exist=True)
+
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+SESSION_SCRIPT = """
+import asyncio, os, signal, sys
+from llama_index.core import MockEmbedding
+from llama_index.core.base.llms.types import ChatMessage
+from llama_index_recency import RecencyMemoryBlock, open_memory_index, openai_like_llm
+
+path, url, end = sys.argv[1:]
+index = open_memory_index(MockEmbedding(embed_dim=4), path=path)
+llm = openai_like_llm(model="qwen-test", api_base=url, api_key="k", max_retries=0)
+block = RecencyMemoryBlock(index=index, llm=llm, user_id="hanako", user_name="Hanako")
+said = [ChatMessage(role=role, content=text) for role, text in [
+    ("user", "I like green tea."), ("assistant", "Noted!"), ("user", "I moved to Osaka."),
+    ("assistant", "Big change!"), ("user", "Good night.")]]
+
+
+async def session():
+    await block.aget(said[:3], session_id="s")  # turn 2: the first exchange goes to the writer
+    print("failed:", await block.await_writes(), flush=True)
+    await block.aget(said, session_id="s")  # turn 3: the second exchange
+
+
+asyncio.run(session())
+if end == "kill":  # no remember_session, no clean exit: whatever is in flight is cut off
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def run_session(path: Path, url: str, end: str) -> subprocess.CompletedProcess[str]:
+    """Run the script's session in another process, which ends without remember_session."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-c", SESSION_SCRIPT, str(path), url, end], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def conversation_requests(server: OpenAIServer, text: str) -> int:
+    return sum(1 for request in sent_turns(server) if ("user", text) in request)
+
+
+async def test_a_session_whose_llm_was_down_is_written_when_the_store_is_next_opened(
+        tmp_path, closed_port_url, openai_server) -> None:
+    done = run_session(tmp_path, closed_port_url, "exit")
+    assert done.returncode == 0, done.stderr
+    assert "failed: 1" in done.stdout
+    openai_server.replies = [ToolCall(RECORD, {"memories": [
+        {"turn": 1, "kind": "preference", "fact": "The user likes green tea."}]})]
+    openai_server.reply = ToolCall(RECORD, {"memories": [
+        {"turn": 1, "kind": "event", "fact": "The user moved to Osaka."}]})
+    index = disk_index(tmp_path)
+    block = RecencyMemoryBlock(index=index, llm=extraction_llm(openai_server))  # another user's block
+    await eventually(lambda: count_memories(index) == 2)
+    await eventually(lambda: block.outbox_path is not None and not block.outbox_path.exists())
+    assert sorted(n.get_content().split(": ", 1)[1] for n in get_memories(index)) == [
+        "Hanako likes green tea.", "Hanako moved to Osaka."]
+    assert {n.metadata["user_id"] for n in get_memories(index)} == {"hanako"}  # the entry's own
+
+
+async def test_a_killed_process_loses_no_turn_and_resends_none_it_wrote(tmp_path, openai_server) -> None:
+    """The first exchange is written, the second is cut off in flight by SIGKILL: the next
+    block over the store writes the second and never sends the first again."""
+    openai_server.replies = [ToolCall(RECORD, {"memories": [
+        {"turn": 1, "kind": "preference", "fact": "The user likes green tea."}]})]
+    openai_server.reply = ToolCall(RECORD, {"memories": [
+        {"turn": 1, "kind": "event", "fact": "The user moved to Osaka."}]})
+    openai_server.faults = ["ok", "hang"]  # the second extraction never answers
+    done = run_session(tmp_path, openai_server.base_url, "kill")
+    assert done.returncode == -9 and "failed: 0" in done.stdout, done.stderr
+    openai_server.faults.clear()  # in case the kill came before the second request
+    index = disk_index(tmp_path)
+    block = RecencyMemoryBlock(index=index, llm=extraction_llm(openai_server))
+    await eventually(lambda: count_memories(index) == 2)
+    await eventually(lambda: block.outbox_path is not None and not block.outbox_path.exists())
+    assert conversation_requests(openai_server, "I like green tea.") == 1
+    assert conversation_requests(openai_server, "I moved to Osaka.") in (1, 2)  # cut off, retried

@@ -1,0 +1,167 @@
+"""The memory block's outbox: conversations handed to the writer and not yet stored.
+
+Each conversation is kept here before its extraction starts and removed once its memories
+are stored (or the LLM's answer gave none), so a failed write or a process that ends
+mid-write loses no turn: the next block opened over the store retries what is left. On
+disk it is one JSON object per line, appended with fsync and rewritten atomically on
+removal; one process at a time uses a given outbox file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import uuid
+import weakref
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from llama_index_recency.writer import Turn
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """Turns for the writer, with the day and user their memories are written under."""
+
+    turns: tuple[Turn, ...]
+    day: date
+    user_id: Optional[str] = None
+    user_name: Optional[str] = None
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def to_json(self) -> str:
+        """One line of the outbox file."""
+        return json.dumps({
+            "id": self.id, "day": self.day.isoformat(), "user_id": self.user_id,
+            "user_name": self.user_name,
+            "turns": [{"role": turn.role, "text": turn.text} for turn in self.turns],
+        }, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, line: str) -> "Conversation":
+        """Read a line written by :meth:`to_json`; raises ValueError (or KeyError, TypeError)
+        for anything else."""
+        data: dict[str, Any] = json.loads(line)
+        turns = tuple(Turn(role=turn["role"], text=turn["text"]) for turn in data["turns"])
+        if not turns or any(turn.role not in ("user", "assistant") or not isinstance(turn.text, str)
+                            for turn in turns):
+            raise ValueError("an outbox entry needs user and assistant turns with text")
+        return cls(turns=turns, day=date.fromisoformat(data["day"]), user_id=data["user_id"],
+                   user_name=data["user_name"], id=str(data["id"]))
+
+
+class Outbox:
+    """The conversations waiting to be written to one store: in memory, and in ``path`` if set.
+
+    Use :meth:`at`, so every block of a process over the same file shares one outbox.
+    """
+
+    def __init__(self, path: Optional[Path]) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._entries: dict[str, Conversation] = {}
+        self._disk_failing = False
+        self._orphans = self._load()
+
+    @classmethod
+    def at(cls, path: Optional[Path]) -> "Outbox":
+        """The process's outbox at ``path`` (opened on first use); None: a new in-memory one."""
+        if path is None:
+            return cls(None)
+        key = Path(path).resolve()
+        with _OPEN_LOCK:
+            outbox = _OPEN.get(key)
+            if outbox is None:
+                outbox = _OPEN[key] = cls(key)
+            return outbox
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def claim_orphans(self) -> list[Conversation]:
+        """The conversations found on disk when this outbox opened (a past process's), once."""
+        with self._lock:
+            orphans, self._orphans = self._orphans, []
+            return orphans
+
+    def add(self, conversation: Conversation) -> None:
+        """Keep ``conversation`` until :meth:`remove`; on disk (appended, fsynced) if there is a path."""
+        with self._lock:
+            self._entries[conversation.id] = conversation
+            if self.path is not None:
+                self._persist(self._append, conversation)
+
+    def remove(self, conversation_id: str) -> None:
+        """Forget a conversation that needs no more writing (the file is rewritten atomically)."""
+        with self._lock:
+            if self._entries.pop(conversation_id, None) is not None and self.path is not None:
+                self._persist(self._rewrite)
+
+    def _load(self) -> list[Conversation]:
+        """Read the file's entries; a torn or foreign line (a process killed mid-append) is
+        dropped with a warning and the file rewritten without it."""
+        if self.path is None or not self.path.exists():
+            return []
+        text = self.path.read_text(encoding="utf-8")
+        bad = 0
+        for line in text.splitlines():
+            try:
+                conversation = Conversation.from_json(line)
+            except (ValueError, KeyError, TypeError):
+                bad += 1
+                continue
+            self._entries[conversation.id] = conversation
+        if bad or (text and not text.endswith("\n")):
+            if bad:
+                logger.warning("%s: %d unreadable line%s dropped", self.path, bad,
+                               "" if bad == 1 else "s")
+            self._rewrite()
+        return list(self._entries.values())
+
+    def _persist(self, write: Callable[..., None], *args: Any) -> None:
+        """Run a file write; a failure (disk full, permissions) is logged once per streak and
+        the entries stay in memory, so the session goes on."""
+        try:
+            write(*args)
+        except OSError as error:
+            if not self._disk_failing:
+                logger.warning("%s: could not save the outbox, its conversations are kept in "
+                               "memory only: %s", self.path, error)
+            self._disk_failing = True
+        else:
+            self._disk_failing = False
+
+    def _append(self, conversation: Conversation) -> None:
+        assert self.path is not None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with open(descriptor, "a", encoding="utf-8") as file:
+            file.write(conversation.to_json() + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+
+    def _rewrite(self) -> None:
+        """Replace the file with the current entries (temp file, fsync, os.replace); none: delete it."""
+        assert self.path is not None
+        if not self._entries:
+            self.path.unlink(missing_ok=True)
+            return
+        temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(descriptor, "w", encoding="utf-8") as file:
+            file.writelines(entry.to_json() + "\n" for entry in self._entries.values())
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, self.path)
+
+
+_OPEN: "weakref.WeakValueDictionary[Path, Outbox]" = weakref.WeakValueDictionary()
+"""The outboxes in use in this process, by resolved path (gone when no block holds them)."""
+_OPEN_LOCK = threading.Lock()

@@ -1,0 +1,44 @@
+"""The outbox: conversations kept on disk until written, readable after a crash mid-append."""
+
+from __future__ import annotations
+
+import logging
+from datetime import date
+
+from llama_index_recency.outbox import Conversation, Outbox
+from llama_index_recency.writer import Turn
+
+TEA = Conversation(turns=(Turn("user", "I like green tea."), Turn("assistant", "Noted!")),
+                   day=date(2026, 9, 10), user_id="hanako", user_name="Hanako")
+OSAKA = Conversation(turns=(Turn("user", "I moved to Osaka."),), day=date(2026, 9, 11))
+
+
+def test_entries_are_kept_until_removed_and_the_empty_outbox_leaves_no_file(tmp_path) -> None:
+    path = tmp_path / "outbox" / "memories.jsonl"
+    outbox = Outbox(path)
+    outbox.add(TEA)
+    outbox.add(OSAKA)
+    assert Outbox(path).claim_orphans() == [TEA, OSAKA]  # what another process would find
+    outbox.remove(TEA.id)
+    assert Outbox(path).claim_orphans() == [OSAKA]
+    outbox.remove(OSAKA.id)
+    assert not path.exists() and len(outbox) == 0
+
+
+def test_a_line_torn_by_a_kill_mid_append_is_dropped_and_the_rest_kept(tmp_path, caplog) -> None:
+    path = tmp_path / "memories.jsonl"
+    path.write_text(TEA.to_json() + "\n" + OSAKA.to_json()[:30], encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="llama_index_recency"):
+        outbox = Outbox(path)
+    assert outbox.claim_orphans() == [TEA]
+    assert path.read_text(encoding="utf-8") == TEA.to_json() + "\n"  # repaired before any append
+    assert "1 unreadable line dropped" in caplog.text
+
+
+def test_one_outbox_per_file_in_a_process_whose_orphans_are_claimed_once(tmp_path) -> None:
+    path = tmp_path / "memories.jsonl"
+    Outbox(path).add(TEA)
+    first, second = Outbox.at(path), Outbox.at(tmp_path / "." / "memories.jsonl")
+    assert first is second
+    assert first.claim_orphans() == [TEA] and second.claim_orphans() == []
+    assert Outbox.at(None) is not Outbox.at(None)  # in memory only: one per block
