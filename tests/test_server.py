@@ -61,7 +61,7 @@ def test_the_seed_h2_table_on_a_server(server_index) -> None:
     found = retriever(server_index, user_id="taro").retrieve(QUERY)
     assert [round(n.score, 3) for n in found] == [0.476, 0.464, 0.455]
     info = server_index.vector_store.client.get_collection(server_index.vector_store.collection_name)
-    assert {"date", "user_id"} <= set(info.payload_schema)
+    assert {"date", "user_id", "supersedes"} <= set(info.payload_schema)
 
 
 async def test_async_on_a_server_matches_sync(server_index) -> None:
@@ -74,3 +74,18 @@ async def test_async_on_a_server_matches_sync(server_index) -> None:
 def test_forget_by_user_on_a_server(server_index) -> None:
     assert forget(server_index, user_id="hanako", before="2026-09-01") == 2
     assert len(retriever(server_index, user_id="hanako").retrieve(QUERY)) == 2
+
+
+def test_a_successor_written_by_a_second_writer_is_brought_on_a_server(server_index) -> None:
+    """Two writers on one server: the newer memory's supersedes alone links it."""
+    tts = memory_node("Taro is stabilizing the TTS server.", "2026-08-28", user_id="taro")
+    newer = memory_node("Taro finished the TTS server.", "2026-09-09", user_id="taro",
+                        supersedes=[tts.node_id])
+    newer.embedding = [0.1] + [0.0] * (len(H2) * 2)
+    newer.embedding[-1] = (1 - 0.01) ** 0.5
+    second = open_memory_index(server_index._embed_model, url=QDRANT_URL,
+                               collection_name=server_index.vector_store.collection_name)
+    second.insert_nodes([newer])
+    rows = {row.node_id: row.reason
+            for row in retriever(server_index, user_id="taro").explain(QUERY).rows}
+    assert rows[newer.node_id] == f"successor of {tts.node_id}"
