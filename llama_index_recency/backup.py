@@ -79,6 +79,7 @@ __all__ = [
     "link_problem",
     "memory_lines",
     "read_memory_file",
+    "write_memory_file",
 ]
 
 
@@ -124,7 +125,8 @@ def memory_lines(
             raise ValueError(f"memory {node.node_id} has a {len(vector)}-dimensional vector; the "
                              f"store records {identity['dimensions']} dimensions")
         numbers = ", ".join(map("{:.9g}".format, vector))
-        model = json.dumps(identity, ensure_ascii=False)
+        model = json.dumps({"model": identity["model"], "dimensions": identity["dimensions"]},
+                           ensure_ascii=False)
         yield f'{line[:-1]}, "embedding_model": {model}, "embedding": [{numbers}]}}'
 
 
@@ -168,21 +170,11 @@ def export_memories(
     another model. ``index`` may be a store opened without a model
     (:func:`~llama_index_recency.store.open_memory_store`).
 
-    The file is written atomically: to a temporary file beside ``path`` (readable by its
-    owner only: memories are personal), synced, then renamed over ``path``; a failure
-    leaves ``path`` as it was.
+    The file is written atomically (:func:`write_memory_file`): a failure leaves ``path``
+    as it was.
     """
-    count = 0
-
-    def counted(lines: Iterable[str]) -> Iterator[str]:
-        nonlocal count
-        for line in lines:
-            count += 1
-            yield line
-
-    _write_atomically(Path(path), counted(memory_lines(index, user_id=user_id,
-                                                       with_embeddings=with_embeddings)))
-    return count
+    return write_memory_file(path, memory_lines(index, user_id=user_id,
+                                                with_embeddings=with_embeddings))
 
 
 async def aexport_memories(
@@ -197,14 +189,23 @@ async def aexport_memories(
                                    with_embeddings=with_embeddings)
 
 
-def _write_atomically(path: Path, lines: Iterable[str]) -> None:
+def write_memory_file(path: str | os.PathLike[str], lines: Iterable[str]) -> int:
+    """Write ``lines`` (each without its newline) to ``path`` atomically; returns how many.
+
+    They go to a temporary file beside ``path`` (readable by its owner only: memories are
+    personal), which is synced and then renamed over ``path``; any failure (a line that
+    cannot be made, a full disk) removes it and leaves ``path`` as it was.
+    """
+    path = Path(path)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
                                              suffix=".tmp")
+    count = 0
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8", newline="\n") as file:
             for line in lines:
                 file.write(line)
                 file.write("\n")
+                count += 1
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)
@@ -212,6 +213,7 @@ def _write_atomically(path: Path, lines: Iterable[str]) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+    return count
 
 
 # --- import ---------------------------------------------------------------------------
