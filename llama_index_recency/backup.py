@@ -15,7 +15,8 @@ Each line is an object with these fields, in this order::
 - ``user_id``: the memory's user, ``null`` for none.
 - ``supersedes``: the ids of the earlier memories it updates, sorted, ``[]`` for none.
   0.2.0's back links (``superseded_by`` on the older memory) are written the current way
-  round: B listed in A's ``superseded_by`` puts A in B's ``supersedes``.
+  round: B listed in A's ``superseded_by`` puts A in B's ``supersedes``. A link to another
+  user's memory (never followed, and refused by every write since) is left out.
 - ``metadata``: the rest of the metadata (``key``, ``kind``, …), without the fields above.
 - ``embedding_model`` and ``embedding`` (``with_embeddings=True`` only): the store's
   recorded embedding identity (``{"model": name, "dimensions": n}``, see
@@ -108,13 +109,18 @@ def memory_lines(
     if with_embeddings and identity is None:
         raise ValueError("the store records no embedding model, so its vectors could not be "
                          "checked on import; export without embeddings")
-    exported = {node.node_id for node in nodes}
+    owners = {node.node_id: node.metadata.get(USER_ID_KEY) for node in nodes}
+    outside = sorted({link for node in nodes for link in linked_ids(node, SUPERSEDES_KEY)}
+                     - owners.keys())
+    if outside:
+        owners.update((node.node_id, node.metadata.get(USER_ID_KEY))
+                      for node in get_memories(index, outside))
     newer: dict[str, set[str]] = {}  # 0.2.0 back links, turned round: newer id -> older ids
     for node in nodes:
         for successor in linked_ids(node, SUPERSEDED_BY_KEY):
-            if successor in exported:
+            if successor in owners:
                 newer.setdefault(successor, set()).add(node.node_id)
-    records = [_record(node, newer.get(node.node_id, set())) for node in nodes]
+    records = [_record(node, newer.get(node.node_id, set()), owners) for node in nodes]
     for node, record in zip(nodes, records, strict=True):
         line = json.dumps(record, ensure_ascii=False)
         if identity is None:
@@ -130,7 +136,10 @@ def memory_lines(
         yield f'{line[:-1]}, "embedding_model": {model}, "embedding": [{numbers}]}}'
 
 
-def _record(node: BaseNode, superseded_by_others: set[str]) -> dict[str, Any]:
+def _record(node: BaseNode, superseded_by_others: set[str],
+            owners: dict[str, Optional[str]]) -> dict[str, Any]:
+    """One line's fields. Links to another user's memory (never followed, and refused by
+    every write since) are left out; links to memories no longer stored are kept."""
     metadata = node.metadata
     day = metadata.get(DATE_KEY)
     try:
@@ -144,12 +153,13 @@ def _record(node: BaseNode, superseded_by_others: set[str]) -> dict[str, Any]:
         raise ValueError(f"memory {node.node_id}'s text does not start with its date "
                          f"{prefix!r} as memory_node writes it: {text[:40]!r}")
     user = metadata.get(USER_ID_KEY)
+    links = set(linked_ids(node, SUPERSEDES_KEY)) | superseded_by_others
     return {
         "id": node.node_id,
         "text": text[len(prefix):],
         "date": day,
         "user_id": user,
-        "supersedes": sorted(set(linked_ids(node, SUPERSEDES_KEY)) | superseded_by_others),
+        "supersedes": sorted(link for link in links if owners.get(link, user) == user),
         "metadata": {key: value for key, value in metadata.items() if key not in _OWN_FIELDS},
     }
 

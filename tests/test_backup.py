@@ -257,6 +257,24 @@ def test_links_to_another_users_memory_are_refused_naming_the_line(source, tmp_p
     assert count_memories(source) == len(MEMORIES)
 
 
+def test_links_across_users_are_left_out_so_the_export_imports_again(source,
+                                                                      tmp_path: Path) -> None:
+    """Written before links were checked: hanako's memory naming taro's, in both directions."""
+    crossed = memory_node("Hanako likes trains too.", "2026-08-03", user_id="hanako")
+    crossed.metadata["supersedes"] = [TRAINS.node_id]
+    crossed.metadata[SUPERSEDED_BY_KEY] = [TEA.node_id]
+    crossed.embedding = get_memories(source, [TRAINS.node_id])[0].embedding
+    source.insert_nodes([crossed])
+    path = tmp_path / "backup.jsonl"
+    assert export_memories(source, path, user_id="hanako") == 3
+    assert export_memories(source, tmp_path / "all.jsonl") == 8
+    for exported in (path, tmp_path / "all.jsonl"):
+        found = {line["id"]: line for line in lines(exported)}
+        assert found[crossed.node_id]["supersedes"] == []
+        assert crossed.node_id not in found.get(TEA.node_id, {}).get("supersedes", [])
+        assert import_memories(source, exported) == 0
+
+
 def test_a_failed_export_leaves_the_previous_file_as_it_was(source, tmp_path: Path,
                                                             monkeypatch) -> None:
     path = tmp_path / "backup.jsonl"
