@@ -342,14 +342,20 @@ def _node(path: Path, number: int, raw: str) -> tuple[TextNode, Optional[dict[st
     except (ValueError, OverflowError) as error:
         raise bad(str(error)) from None
     day = item["date"] if item["date"] == item["date"].strip() else built.metadata[DATE_KEY]
-    node = TextNode(
-        id_=item.get("id", built.node_id),
-        text=f"{built.text[:10]}: {item['text']}",
-        metadata={**built.metadata, DATE_KEY: day},
-        excluded_embed_metadata_keys=list(built.excluded_embed_metadata_keys),
-        excluded_llm_metadata_keys=list(built.excluded_llm_metadata_keys),
-        embedding=vector,
-    )
+    text = f"{built.text[:10]}: {item['text']}"
+    node_id = item.get("id", built.node_id)
+    if node_id == built.node_id and text == built.text and day == built.metadata[DATE_KEY]:
+        node = built  # the usual case: the line is exactly what memory_node makes
+        node.embedding = vector
+    else:  # another id, a date written otherwise, spacing memory_node would change
+        node = TextNode(
+            id_=node_id,
+            text=text,
+            metadata={**built.metadata, DATE_KEY: day},
+            excluded_embed_metadata_keys=list(built.excluded_embed_metadata_keys),
+            excluded_llm_metadata_keys=list(built.excluded_llm_metadata_keys),
+            embedding=vector,
+        )
     return node, None if vector is None else item["embedding_model"]
 
 
@@ -357,9 +363,9 @@ def _vector(item: dict[str, Any], bad: Any) -> Optional[list[float]]:
     if "embedding" not in item:
         return None
     vector, model = item["embedding"], item.get("embedding_model")
-    if not isinstance(vector, list) or not vector or not all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-            for x in vector):
+    kinds = set(map(type, vector)) if isinstance(vector, list) else {type(vector)}
+    if (not isinstance(vector, list) or not vector or not kinds <= {float, int}
+            or not all(map(math.isfinite, vector))):
         raise bad('"embedding" must be a non-empty list of finite numbers')
     if not (isinstance(model, dict) and set(model) == {"model", "dimensions"}
             and isinstance(model["model"], str) and isinstance(model["dimensions"], int)):
@@ -368,7 +374,7 @@ def _vector(item: dict[str, Any], bad: Any) -> Optional[list[float]]:
     if len(vector) != model["dimensions"]:
         raise bad(f'the embedding has {len(vector)} numbers but "embedding_model" says '
                   f'{model["dimensions"]} dimensions')
-    return [float(x) for x in vector]
+    return vector if kinds == {float} else [float(x) for x in vector]
 
 
 def _kind(value: Any) -> str:

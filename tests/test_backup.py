@@ -191,6 +191,12 @@ BAD_LINES = {
     "date in metadata": (json.dumps({**GOOD, "metadata": {"date": "2026-01-01"}}),
                          "\"metadata\" may not hold 'date': it is a field of its own"),
     "unknown field": (json.dumps({**GOOD, "user": "taro"}), "unknown field 'user'"),
+    "a boolean in a vector": (json.dumps({**GOOD, "embedding": [0.1, True]}),
+                              '"embedding" must be a non-empty list of finite numbers'),
+    "NaN in a vector": (json.dumps({**GOOD, "embedding": [0.1, float("nan")]}),
+                        '"embedding" must be a non-empty list of finite numbers'),
+    "a number for a vector": (json.dumps({**GOOD, "embedding": 0.5}),
+                              '"embedding" must be a non-empty list of finite numbers'),
     "vector without model": (json.dumps({**GOOD, "embedding": [0.1, 0.2]}),
                              'an "embedding" needs its "embedding_model"'),
     "short vector": (json.dumps({**GOOD, "embedding": [0.1, 0.2], "embedding_model":
