@@ -9,6 +9,13 @@ candidates by :class:`RecencyBonusPostprocessor`. :class:`MemoryResponseSynthesi
 prompt in B format; :func:`remember` writes them from a conversation.
 """
 
+from llama_index_recency.backup import (
+    MemoryFileError,
+    aexport_memories,
+    aimport_memories,
+    export_memories,
+    import_memories,
+)
 from llama_index_recency.calibration import (
     SEED_GRID,
     Calibration,
@@ -111,9 +118,11 @@ from llama_index_recency.writer import (
 )
 
 __all__ = [
+    "aexport_memories",
     "aextract_memories",
     "aforget",
     "aget_memories",
+    "aimport_memories",
     "ainsert_memories",
     "amemory_history",
     "aremember",
@@ -130,6 +139,7 @@ __all__ = [
     "EmbeddingMismatchError",
     "example_memories",
     "example_questions",
+    "export_memories",
     "EXAMPLE_REFERENCE_DATE",
     "ExampleQuestion",
     "extract_memories",
@@ -142,6 +152,7 @@ __all__ = [
     "get_memories",
     "get_memory",
     "HitFreeMax",
+    "import_memories",
     "index_policy",
     "insert_memories",
     "is_vague_reference",
@@ -149,6 +160,7 @@ __all__ = [
     "memory_history",
     "memory_node",
     "MemoryDateError",
+    "MemoryFileError",
     "MemoryNotFoundError",
     "MemoryRankingEvent",
     "MemoryRankingRow",

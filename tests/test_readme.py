@@ -1,5 +1,8 @@
 """Every snippet in README.md runs as written: Python blocks in order, CLI lines through main().
 
+The JSON block is the memory file the CLI lines name (taro.json), and the JSON Lines block
+is what its ``list --json`` line prints.
+
 They run offline in a temporary directory, with the default store under it and the LLM
 endpoint (RECENCY_LLM_BASE_URL) pointed at the vLLM-like loopback server. The two setup
 commands (make demo, make test) are what CI itself runs, so they are not repeated here.
@@ -23,7 +26,7 @@ from conftest import OpenAIServer, ToolCall
 from test_cli_maintenance import local_mode_store
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-BLOCK = re.compile(r"```(python|bash)\n(.*?)```", re.DOTALL)
+BLOCK = re.compile(r"```(python|bash|json|jsonl)\n(.*?)```", re.DOTALL)
 ANSWER = "Lately you take it as a sweet café au lait!"
 EXTRACTION = ToolCall("record_memories", {"memories": [
     {"turn": 1, "kind": "habit_change", "fact": "The user has switched to green tea.",
@@ -55,11 +58,15 @@ def readme_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, openai_server: O
     bundled = resources.files("llama_index_recency.data").joinpath("memories.json")
     (tmp_path / "memories.json").write_text(bundled.read_text("utf-8"), "utf-8")
     local_mode_store(tmp_path / "old-store", n=20)  # a store as 0.1.0 wrote it
+    (memory_file,) = blocks("json")
+    (tmp_path / "taro.json").write_text(memory_file, "utf-8")
     return openai_server
 
 
 def test_the_readme_has_snippets() -> None:
     assert len(blocks("python")) >= 6 and len(cli_lines()) >= 8
+    assert len(blocks("json")) == len(blocks("jsonl")) == 1
+    assert any(line.startswith("llama-index-recency list --json") for line in cli_lines())
 
 
 def test_python_snippets_run_in_order(readme_env: OpenAIServer) -> None:
@@ -94,3 +101,5 @@ def test_cli_lines_run(readme_env: OpenAIServer, capsys: pytest.CaptureFixture[s
         code = main(argv)
         out = capsys.readouterr()
         assert code == 0, f"{line!r} exited {code}: {out.err.strip()}"
+        if argv[:2] == ["list", "--json"]:
+            assert out.out == blocks("jsonl")[0], "the README's JSON Lines are what it prints"

@@ -1,4 +1,5 @@
-"""Command line ``llama-index-recency``: demo, calibrate, and add / ask / list / remember on a store.
+"""Command line ``llama-index-recency``: demo, calibrate, and add / ask / list / remember / forget /
+history / export / import on a store.
 
 Ranking uses the store's policy (:func:`~llama_index_recency.store.index_policy`: the one
 ``calibrate --save`` recorded, else the model's shipped one); ``--weight``, ``--tau-days``
@@ -18,11 +19,13 @@ is public):
   to its function.
 - ``commands``: demo, add, ask, remember, list, forget and migrate, and the ranking and
   LLM steps they share.
+- ``backup``: export, import, history and ``list --json``.
 - ``calibrate``: calibrate, and calibrate's gate fit for a store without labels.
 - ``inputs``: reading and checking memory, transcript and questions files.
 - ``rendering``: everything printed: rich tables and lines, :func:`literal`.
-- ``session``: :class:`Session` (consoles, embedding model, timings, storing with progress),
-  :class:`Location`, the errors and :func:`describe`.
+- ``session``: :class:`Session` (consoles, embedding model, timings, storing through
+  ``insert_memories``), :class:`Location`, the errors and :func:`describe`.
+- ``progress``: a write's progress: a bar on a terminal, plain lines on stderr otherwise.
 """
 
 from __future__ import annotations

@@ -26,7 +26,15 @@ from rich.progress import (
 from rich.table import Table
 
 from llama_index_recency.chat import MemoryResponseSynthesizer
-from llama_index_recency.cli.inputs import file_memories, future_date, memory, select, transcript
+from llama_index_recency.cli.backup import print_json_lines
+from llama_index_recency.cli.inputs import (
+    check_file_links,
+    file_memories,
+    future_date,
+    memory,
+    select,
+    transcript,
+)
 from llama_index_recency.cli.rendering import (
     literal,
     llm_line,
@@ -47,7 +55,6 @@ from llama_index_recency.cli.session import (
 )
 from llama_index_recency.examples import EXAMPLE_REFERENCE_DATE, example_memories, example_questions
 from llama_index_recency.filters import memory_scope
-from llama_index_recency.gate import check_gate
 from llama_index_recency.memory import FutureMemoryDateError, check_not_future
 from llama_index_recency.models import LLM_BASE_URL_ENV, openai_like_llm
 from llama_index_recency.postprocessor import RecencyBonusPostprocessor
@@ -58,7 +65,6 @@ from llama_index_recency.store import (
     close_memory_index,
     count_memories,
     get_memories,
-    has_saved_policy,
     index_policy,
     migrate_store,
 )
@@ -213,30 +219,23 @@ def run_add(args: argparse.Namespace, session: Session) -> int:
     if (args.fact is None) == (args.file is None):
         raise CommandError("give either a FACT or --file")
     if args.file is not None:
-        nodes = file_memories(args.file, args.user_name, args.user, args.allow_future)
+        nodes, labels = file_memories(args.file, args.user_name, args.user, args.allow_future)
     else:
         nodes = [memory(args.fact, args.date or date.today(), args.key, args.user_name,
                         args.user, "the memory", args.allow_future)]
+        labels = ["the memory"]
     location = Location.of(args, default_store_path())
     with session.store(args.model, location, writes=True) as index:
+        check_file_links(index, nodes, labels)
         written = session.insert(index, nodes)
         total = count_memories(index)
-        warning = _gate_warning(session, index)
+        warning = session.gate_warning(index)
     for text, old, new in written.replaced_keys:
         session.console.print(literal(f"replaced the key of {text!r}: {old or '(none)'} → {new}"))
     session.console.print(summary(written, location, total))
     if warning:
         session.console.print(literal(warning, "yellow"))
     return 0
-
-
-def _gate_warning(session: Session, index: VectorStoreIndex) -> str | None:
-    """After a write, a store whose gate was fitted on itself (calibrate --save) is checked
-    again: the seed's "rerun the pass as the device accumulates memories"."""
-    if not has_saved_policy(index):
-        return None
-    with session.timings.stage("checking the relevance gate"):
-        return check_gate(index)
 
 
 def run_remember(args: argparse.Namespace, session: Session) -> int:
@@ -258,7 +257,7 @@ def run_remember(args: argparse.Namespace, session: Session) -> int:
             stored = remember(turns, index, llm, memory_date=args.date, user_name=args.user_name,
                               user_id=args.user, allow_future=args.allow_future)
         total = count_memories(index)
-        warning = _gate_warning(session, index)
+        warning = session.gate_warning(index)
     for node in stored:
         session.console.print(literal(node.get_content()))
     new = total - before
@@ -289,10 +288,13 @@ def run_ask(args: argparse.Namespace, session: Session) -> int:
 
 
 def run_list(args: argparse.Namespace, session: Session) -> int:
-    """Print the store's memories, oldest first; needs no embedding model."""
+    """Print the store's memories, oldest first (``--json``: export's lines, newest first);
+    needs no embedding model."""
     location = Location.of(args, default_store_path())
     store = location.open_existing()
     try:
+        if args.json:
+            return print_json_lines(session, store, args.user)
         nodes = get_memories(store, filters=memory_scope(user_id=args.user))
     finally:
         close_memory_index(store)

@@ -4,16 +4,19 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
 from typing import Any
 
 from llama_index.core.schema import TextNode
 
+from llama_index_recency.backup import link_problem
 from llama_index_recency.calibration import DEFAULT_KEY, RetrievedCandidates
 from llama_index_recency.cli.session import CommandError
 from llama_index_recency.examples import ExampleQuestion
 from llama_index_recency.memory import FutureMemoryDateError, control_character, memory_node
+from llama_index_recency.store import MemoryStore
 from llama_index_recency.writer import Turn, parse_transcript
 
 # --- input files ------------------------------------------------------------------------
@@ -46,8 +49,9 @@ def _read_json(path: Path, what: str) -> Any:
 
 
 def file_memories(path: Path, user_name: str | None, user_id: str | None,
-                  allow_future: bool = False) -> list[TextNode]:
-    """Every memory of an ``add --file`` JSON file, all validated before anything is stored."""
+                  allow_future: bool = False) -> tuple[list[TextNode], list[str]]:
+    """Every memory of an ``add --file`` JSON file, all validated before anything is stored,
+    and for each the words naming it in an error ("memory file F, memory 3")."""
     data = _read_json(path, "memory file")
     if not isinstance(data, dict) or not isinstance(data.get("memories"), list):
         raise CommandError(f'memory file {path}: expected a JSON object with a "memories" list, '
@@ -56,9 +60,10 @@ def file_memories(path: Path, user_name: str | None, user_id: str | None,
     if user_name is not None and not isinstance(user_name, str):
         raise CommandError(f'memory file {path}: "user_name" must be a string, got '
                            f"{json.dumps(user_name)}")
-    return [_file_memory(item, f"memory file {path}, memory {number}", user_name, user_id,
-                         allow_future)
-            for number, item in enumerate(data["memories"], start=1)]
+    labels = [f"memory file {path}, memory {number}"
+              for number in range(1, len(data["memories"]) + 1)]
+    return ([_file_memory(item, where, user_name, user_id, allow_future)
+             for item, where in zip(data["memories"], labels, strict=True)], labels)
 
 
 def _file_memory(item: Any, where: str, user_name: str | None, user_id: str | None,
@@ -74,17 +79,48 @@ def _file_memory(item: Any, where: str, user_name: str | None, user_id: str | No
     key = item.get("key")
     if key is not None and not isinstance(key, str):
         raise CommandError(f'{where}: "key" must be a string, got {json.dumps(key)}')
-    return memory(item["fact"], item["date"], key, user_name, user_id, where, allow_future)
+    if item.get("user_id") is not None:  # the entry's own user wins over --user
+        user_id = _entry_user(item["user_id"], where)
+    links = item.get("supersedes")
+    if links is not None and (not isinstance(links, list)
+                              or not all(isinstance(link, str) for link in links)):
+        raise CommandError(f'{where}: "supersedes" must be a list of memory ids (see `list`), '
+                           f"got {json.dumps(links, ensure_ascii=False)}")
+    return memory(item["fact"], item["date"], key, user_name, user_id, where, allow_future,
+                  links)
+
+
+def _entry_user(value: Any, where: str) -> str:
+    """An entry's ``user_id``, checked as ``--user`` is: one printable line, trimmed."""
+    if not isinstance(value, str) or not value.strip():
+        raise CommandError(f'{where}: "user_id" must be a non-blank string, got '
+                           f"{json.dumps(value, ensure_ascii=False)}")
+    bad = control_character(value)
+    if bad is not None:
+        raise CommandError(f"{where}: the user {value!r} contains the control character "
+                           f"{bad!r}; a user id is one line of printable text")
+    return value.strip()
+
+
+def check_file_links(index: MemoryStore, nodes: Sequence[TextNode], labels: Sequence[str]
+                     ) -> None:
+    """Each entry's ``supersedes`` names a memory of its own user, in the store or the file
+    (an unknown id is most likely mistyped); else a one-line error naming the entry."""
+    problem = link_problem(index, nodes, must_exist=True)
+    if problem is not None:
+        raise CommandError(f"{labels[problem[0]]}: {problem[1]}")
 
 
 def memory(fact: str, day: date | str, key: str | None, user_name: str | None,
-           user_id: str | None, where: str, allow_future: bool = False) -> TextNode:
+           user_id: str | None, where: str, allow_future: bool = False,
+           supersedes: Sequence[str] | None = None) -> TextNode:
     bad = control_character(fact)
     if bad is not None:
         raise CommandError(f"{where}: the fact contains the control character {bad!r}; a fact "
                            "is one line of printable text")
     try:
         return memory_node(fact, day, user_name=user_name, user_id=user_id,
+                           supersedes=supersedes or None,
                            metadata={DEFAULT_KEY: key} if key else None,
                            allow_future=allow_future)
     except FutureMemoryDateError as error:

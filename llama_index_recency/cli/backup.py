@@ -1,0 +1,125 @@
+"""The subcommands export, import and history, and ``list --json``: backing up, restoring and
+inspecting a store's memories (the JSON Lines of :mod:`llama_index_recency.backup`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterable
+
+from llama_index_recency.backup import (
+    MemoryFile,
+    MemoryFileError,
+    memory_lines,
+    read_memory_file,
+    write_memory_file,
+)
+from llama_index_recency.cli.rendering import literal, memory_table, summary
+from llama_index_recency.cli.session import CommandError, Location, Session, default_store_path
+from llama_index_recency.links import memory_history
+from llama_index_recency.store import (
+    MemoryNotFoundError,
+    MemoryStore,
+    close_memory_index,
+    count_memories,
+)
+
+
+def _whose(user: str | None) -> str:
+    return "" if user is None else f" of user {user}"
+
+
+def _memories(count: int) -> str:
+    return f"{count} memor{'y' if count == 1 else 'ies'}"
+
+
+def _lines(store: MemoryStore, user: str | None, with_embeddings: bool) -> list[str]:
+    """The export's lines, or a one-line error naming a memory that cannot be exported."""
+    try:
+        return list(memory_lines(store, user_id=user, with_embeddings=with_embeddings))
+    except ValueError as error:
+        raise CommandError(str(error), 1) from None
+
+
+def run_export(args: argparse.Namespace, session: Session) -> int:
+    """Write the store's memories (of --user) to a JSON Lines file; needs no model."""
+    location = Location.of(args, default_store_path())
+    store = location.open_existing()
+    try:
+        lines = _lines(store, args.user, args.with_embeddings)
+    finally:
+        close_memory_index(store)
+    try:
+        count = write_memory_file(args.path, lines)
+    except OSError as error:
+        raise CommandError(f"cannot write {args.path}: {error.strerror or error}", 1) from None
+    vectors = " with their embeddings" if args.with_embeddings else ""
+    session.console.print(literal(f"exported {_memories(count)}{_whose(args.user)}{vectors} "
+                                  f"from {location} to {args.path}"))
+    return 0
+
+
+def read_file(path: os.PathLike[str]) -> MemoryFile:
+    """Every line of a memory file, checked; a one-line error naming the file and the line."""
+    try:
+        return read_memory_file(path)
+    except MemoryFileError as error:
+        raise CommandError(f"memory file {error}") from None
+    except FileNotFoundError:
+        raise CommandError(f"memory file {path} does not exist") from None
+    except OSError as error:
+        raise CommandError(f"cannot read memory file {path}: {error.strerror or error}") from None
+
+
+def run_import(args: argparse.Namespace, session: Session) -> int:
+    """Store the memories of a JSON Lines file (export's), every line checked first."""
+    memories = read_file(args.path)  # before the store opens or the model loads
+    location = Location.of(args, default_store_path())
+    with session.store(args.model, location, writes=True) as index:
+        try:
+            nodes = memories.checked_for(index)
+        except MemoryFileError as error:
+            raise CommandError(f"memory file {error}") from None
+        written = session.insert(index, nodes)
+        total = count_memories(index)
+        warning = session.gate_warning(index)
+    session.console.print(summary(written, location, total))
+    if warning:
+        session.console.print(literal(warning, "yellow"))
+    return 0
+
+
+def run_history(args: argparse.Namespace, session: Session) -> int:
+    """Every version of one memory's fact, oldest first; needs no model."""
+    location = Location.of(args, default_store_path())
+    store = location.open_existing()
+    try:
+        versions = memory_history(store, args.id, user_id=args.user)
+    except MemoryNotFoundError:
+        raise CommandError(f"no memory {args.id}{_whose(args.user)} in {location}", 1) from None
+    finally:
+        close_memory_index(store)
+    title = f"{len(versions)} version{'' if len(versions) == 1 else 's'} of memory {args.id}"
+    session.console.print(memory_table(f"{title}, oldest first", versions, ordered=True))
+    return 0
+
+
+def print_json_lines(session: Session, store: MemoryStore, user: str | None) -> int:
+    """``list --json``: the export's lines (no embeddings) on stdout, as they are."""
+    write_raw(session, _lines(store, user, with_embeddings=False))
+    return 0
+
+
+def write_raw(session: Session, lines: Iterable[str]) -> None:
+    """Lines to stdout without rich (no wrapping, no markup); a reader that stops early
+    (``| head``) ends the output quietly."""
+    out = session.console.file
+    try:
+        for line in lines:
+            out.write(line + "\n")
+        out.flush()
+    except BrokenPipeError:
+        # Python would report the same error again when it flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
