@@ -184,7 +184,11 @@ def with_successors(
     successor rows ("successor of …") and the superseded rows' reason extended ("kept;
     superseded by …").
     """
-    reached = yield from walk_links(ranking.nodes, NEWER, filters)
+    # The walk scores what it reaches by the nodes' scores: the kept ones' raw, not final.
+    raw = {row.node_id: row.raw for row in ranking.rows}
+    reached = yield from walk_links(
+        [NodeWithScore(node=kept.node, score=raw[kept.node.node_id]) for kept in ranking.nodes],
+        NEWER, filters)
     successors: dict[str, NodeWithScore] = {}
     for kept in ranking.nodes:
         newest = _newest(kept.node, reached[kept.node.node_id], policy.date_key)

@@ -6,6 +6,7 @@ stay inside the user's scope and never bring a memory twice.
 
 from __future__ import annotations
 
+import math
 import uuid
 
 import pytest
@@ -156,3 +157,16 @@ async def test_amemory_history_is_the_same_history() -> None:
     index = store([(node, 0.1) for node in chain])
     assert [n.node_id for n in await amemory_history(index, chain[0].node_id)] == [
         n.node_id for n in chain]
+
+
+def test_a_kept_successor_reached_by_a_back_link_gets_its_bonus_once() -> None:
+    """Both memories pass; B is reached from A through 0.2.0's back link only. B's score is
+    its raw cosine + its bonus, not the bonus added to its final score again."""
+    a = linked("Taro drinks coffee black.", "2026-08-01", [], [])
+    b = linked("Taro drinks café au lait.", "2026-09-01", [])
+    a.metadata[SUPERSEDED_BY_KEY] = [b.node_id]
+    a.excluded_embed_metadata_keys.append(SUPERSEDED_BY_KEY)
+    found = QdrantRecencyRetriever.from_index(store([(a, 0.60), (b, 0.50)]), POLICY,
+                                              user_id="taro").retrieve(QUERY)
+    assert [n.node.node_id for n in found] == [b.node_id, a.node_id]
+    assert found[0].score == pytest.approx(0.50 + 0.05 * math.exp(-9 / 14), abs=1e-6)
