@@ -54,11 +54,9 @@ from llama_index_recency.memory import (
 )
 from llama_index_recency.scoring import parse_memory_date
 from llama_index_recency.store import (
-    EMBEDDING_METADATA_KEY,
     MemoryStore,
-    _collection_metadata,
+    embedding_identity,
     get_memories,
-    vector_store_of,
 )
 from llama_index_recency.updates import Progress, insert_memories
 
@@ -105,7 +103,7 @@ def memory_lines(
     is yielded; a memory that is not raises ``ValueError`` naming it.
     """
     nodes = get_memories(index, user_id=user_id)
-    identity = _embedding_identity(index) if with_embeddings else None
+    identity = embedding_identity(index) if with_embeddings else None
     if with_embeddings and identity is None:
         raise ValueError("the store records no embedding model, so its vectors could not be "
                          "checked on import; export without embeddings")
@@ -243,7 +241,7 @@ class MemoryFile:
         """The nodes (not copies), once checked against the store they go into: vectors of
         its recorded embedding model only, and links to memories of the same user. A
         problem raises :class:`MemoryFileError` naming the line."""
-        identity = _embedding_identity(index)
+        identity = embedding_identity(index)
         for line, model in zip(self.lines, self.models, strict=True):
             if model is None or model == identity:
                 continue
@@ -462,9 +460,3 @@ async def aimport_memories(
 ) -> int:
     """Async :func:`import_memories`, run in a thread (embedding and the store block)."""
     return await asyncio.to_thread(import_memories, index, path, on_progress=on_progress)
-
-
-def _embedding_identity(index: MemoryStore) -> Optional[dict[str, Any]]:
-    """The embedding model (name and dimensions) the store records, if any."""
-    identity = _collection_metadata(vector_store_of(index)).get(EMBEDDING_METADATA_KEY)
-    return dict(identity) if isinstance(identity, dict) else None

@@ -439,6 +439,12 @@ def save_policy(index: MemoryStore, policy: RecencyPolicy) -> None:
     call("update_collection", store.collection_name, metadata={**metadata, **record})
 
 
+def embedding_identity(index: MemoryStore) -> Optional[dict[str, Any]]:
+    """The embedding model (name and dimensions) the store records, if any."""
+    identity = _collection_metadata(vector_store_of(index)).get(EMBEDDING_METADATA_KEY)
+    return dict(identity) if isinstance(identity, dict) else None
+
+
 def has_saved_policy(index: MemoryStore) -> bool:
     """Whether a policy was calibrated and saved with this store (``save_policy``)."""
     return POLICY_METADATA_KEY in _collection_metadata(vector_store_of(index))
