@@ -50,7 +50,8 @@ WRITE_BATCH_SIZE = 64
 """Memories stored per write: a failure loses at most one batch's work, never a stored one."""
 
 Progress = Callable[[str, int, int], None]
-"""``(phase, done, total)``: phase "embedding" or "storing", called after each batch."""
+"""``(phase, done, total)``: phase "embedding" or "storing", called as the phase starts
+(``done`` 0) and after each batch; a phase with nothing to do is not reported."""
 
 # A re-added memory is read, merged and written back; forget rewrites the links of the
 # memories around the deleted ones: one of these at a time in this process.
@@ -89,7 +90,8 @@ def insert_memories(
     """Store ``nodes`` (memory_node's, or any with UUID ids): the one write every path uses.
 
     A memory already stored keeps what it had (its metadata, merged under the new; its
-    links, united) and is skipped when nothing changes, so rerunning a write is free. A
+    links, united; ``nodes`` are updated in place to what is stored) and is skipped when
+    nothing changes, so rerunning a write is free. A
     memory superseding another user's raises ValueError before anything is written. Nodes
     without an embedding are embedded with the index's model, in batches (an embedding
     error raises as is, before anything is stored), then stored in batches; a failed
@@ -164,6 +166,8 @@ def _embed(index: VectorStoreIndex, nodes: Sequence[BaseNode], on_progress: Opti
            ) -> None:
     """Embed the nodes that have no vector; a failure raises as is: nothing is stored yet."""
     missing = [node for node in nodes if node.embedding is None]
+    if missing and on_progress is not None:
+        on_progress("embedding", 0, len(missing))
     for start in range(0, len(missing), EMBED_BATCH_SIZE):
         batch = missing[start:start + EMBED_BATCH_SIZE]
         vectors = index._embed_model.get_text_embedding_batch([_text(n) for n in batch])
@@ -175,6 +179,8 @@ def _embed(index: VectorStoreIndex, nodes: Sequence[BaseNode], on_progress: Opti
 
 def _store(index: VectorStoreIndex, nodes: Sequence[BaseNode], on_progress: Optional[Progress]
            ) -> None:
+    if nodes and on_progress is not None:
+        on_progress("storing", 0, len(nodes))
     for start in range(0, len(nodes), WRITE_BATCH_SIZE):
         try:
             index.insert_nodes(list(nodes[start:start + WRITE_BATCH_SIZE]))

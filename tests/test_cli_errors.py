@@ -676,6 +676,7 @@ def run_isolated(argv: list[str], embed_model: object = None) -> tuple[int, str]
     return code, err
 
 
+@pytest.mark.parametrize("small_tmpfs", ["20m"], indirect=True)
 def test_filling_a_real_tmpfs_is_one_line_with_the_count_and_list_is_no_sigbus(
         small_tmpfs: Path, tmp_path: Path) -> None:
     memories = [(f"The user noted thing number {i}.", "2026-09-01") for i in range(1000)]
@@ -693,6 +694,17 @@ def test_filling_a_real_tmpfs_is_one_line_with_the_count_and_list_is_no_sigbus(
     assert code in (0, 1), f"killed by signal {-code}"
     if code == 1:
         assert "is full" in error_line(err)
+
+
+def test_a_tmpfs_too_small_for_the_payload_indexes_is_one_line_not_sigbus(
+        small_tmpfs: Path) -> None:
+    """A new shard's four payload indexes take about 2 MB each on tmpfs: 8 MB cannot hold them."""
+    store = str(small_tmpfs / "store")
+    code, err = run_isolated(["add", MEMORY[0], "--date", MEMORY[1],
+                              "--store", store], embedding_for(MEMORY))
+    assert code == 1, f"killed by signal {-code}" if code < 0 else err
+    line = error_line(err)
+    assert " is full: " in line and "needed to create its payload indexes" in line
 
 
 # --- issue 16, item 14: read-only, damaged and incomplete stores ---------------------------

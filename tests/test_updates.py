@@ -273,8 +273,8 @@ def test_a_write_in_batches_reports_progress_and_a_rerun_writes_nothing(
     result = insert_memories(index, nodes, on_progress=lambda *step: progress.append(step))
     assert len(result.new) == 70 and not result.changed and not result.unchanged
     assert adds == [64, 6] and count_memories(index) == 70
-    assert progress == [("embedding", done, 70) for done in (16, 32, 48, 64, 70)] + [
-        ("storing", 64, 70), ("storing", 70, 70)]
+    assert progress == [("embedding", done, 70) for done in (0, 16, 32, 48, 64, 70)] + [
+        ("storing", 0, 70), ("storing", 64, 70), ("storing", 70, 70)]
     again = insert_memories(index, [fresh(node) for node in nodes])
     assert again.new == () and len(again.unchanged) == 70 and adds == [64, 6]
 

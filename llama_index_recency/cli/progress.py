@@ -50,6 +50,11 @@ class PhaseProgress:
         self._shown = False
         self._task: TaskID | None = None
 
+    @property
+    def phase(self) -> str | None:
+        """The phase under way (or last reported): "embedding", "storing", or None before any."""
+        return self._phase
+
     def __enter__(self) -> PhaseProgress:
         self._bar.__enter__()
         self._started = self._clock()
@@ -74,7 +79,7 @@ class PhaseProgress:
                 self._lines.print(Text(f"{phase}: {done}/{total} memories{_rate(done, elapsed)}"
                                        f", done in {_seconds(elapsed)}"))
             self._started = now  # the next phase starts here
-        elif not self._terminal and now - self._shown_at >= self._interval:
+        elif not self._terminal and done and now - self._shown_at >= self._interval:
             eta = f", ETA {_seconds((total - done) * elapsed / done)}" if done and elapsed else ""
             self._lines.print(Text(f"{phase}: {done}/{total} memories{_rate(done, elapsed)}{eta}"))
             self._shown_at, self._shown = now, True

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import time
-import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -243,7 +242,7 @@ class Session:
             except PartialWriteError:
                 raise
             except Exception as error:
-                if not _raised_by(error, self.embed_model):
+                if progress.phase != "embedding":
                     raise
                 raise PartialWriteError(0, _not_stored(index, unique),
                                         f"embedding failed: {reason(error)}") from error
@@ -251,13 +250,6 @@ class Session:
                          for node_id, old in stored.changed.items()
                          if keys[node_id] is not None and keys[node_id] != old.get(DEFAULT_KEY))
         return Written(len(stored.new), len(unique) - len(stored.new), replaced)
-
-
-def _raised_by(error: BaseException, embed_model: BaseEmbedding | None) -> bool:
-    """Whether ``error`` came out of ``embed_model`` (one of its methods is in the traceback)."""
-    return embed_model is not None and any(
-        frame.f_locals.get("self") is embed_model
-        for frame, _ in traceback.walk_tb(error.__traceback__))
 
 
 def _not_stored(index: VectorStoreIndex, nodes: Sequence[TextNode]) -> int:
