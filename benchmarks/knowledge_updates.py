@@ -199,7 +199,7 @@ def open_store(
     links: bool,
 ) -> VectorStoreIndex:
     """A temporary Edge store holding every memory; with ``links`` each later fact supersedes
-    its older one (``insert_memories`` marks the older one ``superseded_by``)."""
+    its older one (the newer memory's ``supersedes`` names the older one)."""
     index = open_memory_index(embed)
     first = [c.older.node() for c in evaluation.cases] + [m.node() for m in evaluation.distractors]
     later = [c.later.node([c.older.node_id] if links else ()) for c in evaluation.cases]

@@ -37,7 +37,7 @@ from llama_index_recency.filters import has_condition, to_edge_filter
 from llama_index_recency.memory import SUPERSEDES_KEY, USER_ID_KEY
 
 logger = logging.getLogger(__name__)
-_WARNED: set[tuple[str, int, int]] = set()
+_WARNED: set[tuple[Any, ...]] = set()
 
 METADATA_FILE = "collection_metadata.json"
 """Collection metadata, JSON, kept inside the shard directory (Edge ignores foreign files)."""
@@ -403,19 +403,24 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             self._shard = self._locked(edge.EdgeShard.load, self.path)
             self.dimensions = self._stored_vector_size()
             self._check_points()
+            self._ensure_indexes(new=False)
         elif size is not None:
             # One unnamed cosine vector, as QdrantVectorStore creates a collection.
             vectors = edge.EdgeVectorParams(size, edge.Distance.Cosine)
             self._shard = self._locked(edge.EdgeShard.create, self.path, edge.EdgeConfig(vectors))
             self.dimensions = size
+            self._ensure_indexes(new=True)
         else:
             return None
-        self._ensure_indexes()
         return self._shard
 
-    def _ensure_indexes(self) -> None:
+    def _ensure_indexes(self, *, new: bool) -> None:
         """A datetime index on the date key and keyword indexes on doc_id, user_id and
-        supersedes (the successor search runs on every retrieval: it must not scan)."""
+        supersedes (the successor search runs on every retrieval: it must not scan).
+
+        A store from an earlier version on a disk too full for a missing index opens
+        without it (searches are the same, only slower; logged once): what a user needs on
+        a full disk is to list, export and forget."""
         assert self._shard is not None
         wanted = {DOCUMENT_ID_KEY: edge.PayloadSchemaType.Keyword,
                   USER_ID_KEY: edge.PayloadSchemaType.Keyword,
@@ -424,6 +429,13 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             wanted[self.date_key] = edge.PayloadSchemaType.Datetime
         existing = self._shard.info().payload_schema
         missing = {key: schema for key, schema in wanted.items() if key not in existing}
+        if missing and not new and _free_bytes(self.path) < _INDEX_BYTES * len(missing):
+            if (self.path, "indexes") not in _WARNED:
+                _WARNED.add((self.path, "indexes"))
+                logger.warning("the disk holding the store at %s is too full to add the payload "
+                               "indexes %s; it works without them, slower", self.path,
+                               ", ".join(sorted(missing)))
+            return
         if missing:
             self._check_space(_INDEX_BYTES * len(missing), "to create its payload indexes")
         for key, schema in missing.items():

@@ -26,7 +26,7 @@ from llama_index_recency.memory import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_I
 from llama_index_recency.scoring import RankedMemory, RecencyPolicy, RecencyRanking, parse_memory_date
 from llama_index_recency.filters import memory_scope
 from llama_index_recency.search import FIRST_LIMIT, MemorySearch, SearchPlan
-from llama_index_recency.store import MemoryStore, get_memories, get_memory
+from llama_index_recency.store import MemoryStore, get_memories, get_memory, index_policy
 
 LINK_KEYS = (SUPERSEDES_KEY, SUPERSEDED_BY_KEY)
 
@@ -142,11 +142,13 @@ def memory_history(index: MemoryStore, node_id: str, *, user_id: Optional[str] =
     start = get_memory(index, node_id, user_id=user_id)
     owner = start.metadata.get(USER_ID_KEY)
     scope = None if owner is None else memory_scope(user_id=owner)
+    date_key = index_policy(index).date_key
     versions = {node_id: start}
     for direction in (OLDER, NEWER):
-        reached = _look_up(index, walk_links([NodeWithScore(node=start)], direction, scope))
+        reached = _look_up(index, walk_links([NodeWithScore(node=start)], direction, scope),
+                           date_key)
         versions.update((n.node.node_id, n.node) for n in reached[node_id])
-    return sorted(versions.values(), key=_oldest_first)
+    return sorted(versions.values(), key=lambda node: _oldest_first(node, date_key))
 
 
 async def amemory_history(index: MemoryStore, node_id: str, *, user_id: Optional[str] = None
@@ -155,19 +157,20 @@ async def amemory_history(index: MemoryStore, node_id: str, *, user_id: Optional
     return await asyncio.to_thread(memory_history, index, node_id, user_id=user_id)
 
 
-def _look_up(index: MemoryStore, walk: LinkWalk) -> dict[str, list[NodeWithScore]]:
+def _look_up(index: MemoryStore, walk: LinkWalk, date_key: str
+             ) -> dict[str, list[NodeWithScore]]:
     """Run a walk with plain lookups (no vector, no score) instead of vector searches."""
     try:
         search = next(walk)
         while True:
-            found = get_memories(index, search.ids, search.metadata_filters("date"))
+            found = get_memories(index, search.ids, search.metadata_filters(date_key))
             search = walk.send([NodeWithScore(node=node) for node in found[:search.limit]])
     except StopIteration as done:
         return done.value
 
 
-def _oldest_first(node: BaseNode) -> tuple[int, float, str]:
-    when = memory_time(node)
+def _oldest_first(node: BaseNode, date_key: str) -> tuple[int, float, str]:
+    when = memory_time(node, date_key)
     return (1, 0.0, node.node_id) if when is None else (0, when.timestamp(), node.node_id)
 
 
@@ -257,7 +260,9 @@ def relinked(node: BaseNode, gone: dict[str, BaseNode]) -> Optional[dict[str, An
 
 
 def _through(node: BaseNode, key: str, gone: dict[str, BaseNode]) -> set[str]:
-    """The ids ``node`` names under ``key`` that stay, reached through deleted ones."""
+    """The ids ``node`` names under ``key`` that stay, reached through deleted ones of its
+    own user (a link across users, never followed, is not carried on either)."""
+    user = node.metadata.get(USER_ID_KEY)
     kept: set[str] = set()
     seen = {node.node_id}
     frontier = list(node.metadata.get(key) or [])
@@ -266,8 +271,8 @@ def _through(node: BaseNode, key: str, gone: dict[str, BaseNode]) -> set[str]:
         if link in seen:
             continue
         seen.add(link)
-        if link in gone:
-            frontier.extend(gone[link].metadata.get(key) or [])
-        else:
+        if link not in gone:
             kept.add(link)
+        elif gone[link].metadata.get(USER_ID_KEY) == user:
+            frontier.extend(gone[link].metadata.get(key) or [])
     return kept

@@ -196,8 +196,11 @@ def memory_node(
     if bad:
         raise ValueError(f"supersedes names {bad[0]!r}, which is not a memory id (a UUID string)")
     node_metadata = {date_key: iso_date, **extra}
+    node_id = memory_id(fact, iso_date, extra.get(USER_ID_KEY))
+    if node_id in (extra.get(SUPERSEDES_KEY) or []):
+        raise ValueError(f"memory {node_id} ({fact[:40]!r}) cannot supersede itself")
     return TextNode(
-        id_=memory_id(fact, iso_date, extra.get(USER_ID_KEY)),
+        id_=node_id,
         text=f"{iso_date[:10]}: {fact}",
         metadata=node_metadata,
         excluded_embed_metadata_keys=list(node_metadata),

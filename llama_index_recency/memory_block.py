@@ -265,6 +265,7 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
         self._outbox.add(conversation)
         with self._lock:
             if wait:
+                self._start_worker()  # a worker must be there to make room
                 self._lock.wait_for(lambda: len(self._queue) < self.max_pending)
             self._queue.append(conversation)
             self._start_worker()

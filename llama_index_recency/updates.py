@@ -31,6 +31,7 @@ from llama_index_recency.links import (
     check_link,
     exclude_links_from_text,
     linked_ids,
+    memory_time,
     relinked,
 )
 from llama_index_recency.memory import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY, memory_node
@@ -101,6 +102,7 @@ def insert_memories(
         unique = list({node.node_id: node for node in nodes}.values())
         stored = {node.node_id: node for node in get_memories(index, _ids_and_links(unique))}
         _check_links(unique, stored)
+        _check_texts(unique, stored)
         pending: list[BaseNode] = []
         changed: dict[str, dict[str, Any]] = {}
         unchanged: list[str] = []
@@ -146,16 +148,33 @@ def _check_links(nodes: Sequence[BaseNode], stored: dict[str, BaseNode]) -> None
                 check_link(node, known[old_id])
 
 
+def _check_texts(nodes: Sequence[BaseNode], stored: dict[str, BaseNode]) -> None:
+    """Refuse storing other text under a stored memory's id: the old fact would be lost."""
+    for node in nodes:
+        old = stored.get(node.node_id)
+        if old is not None and old.get_content() != node.get_content():
+            raise ValueError(
+                f"memory {node.node_id} is stored as {_quoted(old.get_content())}, not "
+                f"{_quoted(node.get_content())}: a memory's text never changes; store the new "
+                "fact with update_memory (it supersedes the old one) or forget the old one first")
+
+
+def _quoted(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
 def _keep_what_it_had(node: BaseNode, old: BaseNode) -> None:
-    """A re-added memory keeps its stored metadata unless given anew, and all its links."""
+    """A re-added memory keeps its stored metadata unless given anew, all its links, and what
+    it kept out of its embedded and LLM text."""
     merged = {**old.metadata, **node.metadata}
     for key in LINK_KEYS:
         links = set(old.metadata.get(key) or []) | set(node.metadata.get(key) or [])
         if links:
             merged[key] = sorted(links)
     node.metadata = merged
-    for excluded in (node.excluded_embed_metadata_keys, node.excluded_llm_metadata_keys):
-        excluded.extend(key for key in old.metadata if key not in excluded)
+    for excluded, kept_out in ((node.excluded_embed_metadata_keys, old.excluded_embed_metadata_keys),
+                               (node.excluded_llm_metadata_keys, old.excluded_llm_metadata_keys)):
+        excluded.extend(key for key in kept_out if key not in excluded)
 
 
 def _text(node: BaseNode) -> str:
@@ -184,7 +203,7 @@ def _store(index: VectorStoreIndex, nodes: Sequence[BaseNode], on_progress: Opti
     for start in range(0, len(nodes), WRITE_BATCH_SIZE):
         try:
             index.insert_nodes(list(nodes[start:start + WRITE_BATCH_SIZE]))
-        except (Exception, KeyboardInterrupt) as error:
+        except Exception as error:  # an interrupt stays an interrupt: never swallowed
             raise PartialWriteError(_count_stored(index, nodes, at_least=start), len(nodes),
                                     _reason(error)) from error
         if on_progress is not None:
@@ -202,8 +221,6 @@ def _count_stored(index: VectorStoreIndex, nodes: Sequence[BaseNode], *, at_leas
 
 
 def _reason(error: BaseException) -> str:
-    if isinstance(error, KeyboardInterrupt):
-        return "interrupted"
     if isinstance(error, MemoryStoreFullError):  # says what it is: no class name needed
         return str(error)
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
@@ -225,6 +242,11 @@ def update_memory(
     old = get_memory(index, node_id, user_id=user_id)
     new = memory_node(text, memory_date, user_id=old.metadata.get(USER_ID_KEY),
                       supersedes=[old.node_id], **node_options)
+    since, when = memory_time(old), memory_time(new)
+    if since is not None and when is not None and when < since:
+        raise ValueError(f"the new version is dated {new.metadata['date']}, before memory "
+                         f"{node_id} it updates ({old.metadata.get('date')}): a newer fact needs "
+                         "a date no earlier than the old one")
     insert_memories(index, [new])
     return new
 
@@ -269,7 +291,6 @@ def forget(
         gone = {node.node_id: node for node in doomed}
         neighbours = [node for node in get_memories(index, filters=_naming(sorted(gone)))
                       if node.node_id not in gone]
-        delete_memories(index, sorted(gone))
         relinked_nodes = []
         for node in neighbours:
             links = relinked(node, gone)
@@ -280,8 +301,10 @@ def forget(
                     else:
                         node.metadata.pop(key, None)
                 relinked_nodes.append(node)
+        # Relinked first: if the delete then fails, C supersedes A and B, still consistent.
         if relinked_nodes:
             vector_store_of(index).add(relinked_nodes)  # same ids, same vectors: links only
+        delete_memories(index, sorted(gone))
         return len(doomed)
 
 

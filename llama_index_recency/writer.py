@@ -63,7 +63,7 @@ A longer conversation is cut between turns (a longer turn is cut inside, its par
 its number) into parts of at most this size, one request each; the instructions and the
 answer schema (about 3,000 characters) come on top. 8,000 characters are about 2,000
 English or 6,000-8,000 Japanese tokens, well inside a 32k-token Qwen3 context with room
-for the answer. All parts are answered and validated before the single write.
+for the answer. All parts are answered and validated before anything is stored.
 """
 
 EXTRACTION_TOOL = "record_memories"
@@ -267,8 +267,8 @@ def remember(
     any LLM call, unless ``allow_future=True``. ``user_id`` scopes the memories (and the
     existing ones the LLM is shown) to one user. Ids come from (user,) date and fact, so remembering the same
     conversation twice stores each memory once. Every part of a long conversation is
-    extracted and all nodes are embedded in one batch before the single write, so an LLM
-    or embedding failure stores nothing; invalid proposed facts are left out (one warning)
+    extracted and validated before anything is stored (through
+    :func:`~llama_index_recency.updates.insert_memories`), so an LLM failure stores nothing; invalid proposed facts are left out (one warning)
     and the valid ones stored (see :func:`extract_memories`). A fact that updates existing
     memories is stored with ``supersedes`` naming them (they are kept).
     """

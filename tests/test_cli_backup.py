@@ -163,14 +163,16 @@ def test_progress_lines_without_a_terminal_say_count_rate_and_eta(capsys) -> Non
 
     recorded: list[tuple[str, float]] = []
     lines = Console(stderr=True)
-    clock = Clock(0.0, 1.0, 6.0, 7.0, 12.0, 13.0, 14.0, 15.0, 16.0, 25.0)
+    clock = Clock(0.0, 1.0, 6.0, 7.0, 12.0, 12.0, 13.0, 14.0, 14.0, 15.0, 16.0, 25.0)
     with PhaseProgress(Console(), lines, lambda *stage: recorded.append(stage),
                        clock=clock) as progress:
-        for call in (("embedding", 16, 100), ("embedding", 32, 100), ("embedding", 48, 100),
-                     ("embedding", 100, 100), ("storing", 64, 100), ("storing", 100, 100)):
-            progress(*call)
-        for call in (("storing", 10, 5000), ("storing", 20, 5000), ("storing", 5000, 5000)):
-            progress(*call)  # a phase of its own: started when the last one ended
+        for call in (("embedding", 0, 100), ("embedding", 16, 100), ("embedding", 32, 100),
+                     ("embedding", 48, 100), ("embedding", 100, 100), ("storing", 0, 100),
+                     ("storing", 64, 100), ("storing", 100, 100)):
+            progress(*call)  # insert_memories reports each phase's start with 0 done
+        for call in (("storing", 0, 5000), ("storing", 10, 5000), ("storing", 20, 5000),
+                     ("storing", 5000, 5000)):
+            progress(*call)  # a phase of its own, though of the same name
     assert capsys.readouterr() == ("", "\n".join([
         "embedding: 32/100 memories, 5/s, ETA 13 s",  # 5 s after the start, then not before 11
         "embedding: 100/100 memories, 8/s, done in 12 s",

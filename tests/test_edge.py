@@ -499,3 +499,28 @@ def test_two_handles_waiting_for_the_first_add_do_not_both_create(shard_path: Pa
     second.add([TextNode(id_=node_id(2), text="b", embedding=[0.0, 1.0])])  # loads, then adds
     assert sorted(n.get_content() for n in second.get_nodes()) == ["a", "b"]
     second.close()
+
+
+def test_a_store_missing_an_index_opens_on_a_full_disk_and_a_new_one_is_refused(
+        shard_path: Path, monkeypatch, caplog) -> None:
+    """An earlier version's store lacks a newer payload index; with too little room to add
+    it, the store still opens (list, export, forget are what a full disk needs), slower."""
+    import shutil
+
+    from llama_index_recency.edge import MemoryStoreFullError
+
+    old = QdrantEdgeVectorStore(shard_path, dimensions=4, date_key="when")  # no "date" index
+    old.add([TextNode(id_=str(uuid.uuid4()), text="x", embedding=[1.0, 0.0, 0.0, 0.0])])
+    old.close()  # closed cleanly: opening needs little room
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage",
+                        lambda path: real(path)._replace(free=2 << 20))  # 2 MB free
+    with caplog.at_level("WARNING", logger="llama_index_recency"):
+        store = QdrantEdgeVectorStore(shard_path)
+    try:
+        assert store.count() == 1 and "date" not in store.client.info().payload_schema
+        assert "too full to add the payload indexes date; it works without them" in caplog.text
+    finally:
+        store.close()
+    with pytest.raises(MemoryStoreFullError, match="needed to create its payload indexes"):
+        QdrantEdgeVectorStore(shard_path.parent / "new", dimensions=4)

@@ -228,3 +228,10 @@ def test_the_far_end_of_the_calendar_does_not_overflow() -> None:
     assert memory_node("The user likes tea.", "9999-12-31", reference_date="9999-12-31")
     with pytest.raises(FutureMemoryDateError, match="9999-12-31"):
         memory_node("The user likes tea.", "9999-12-31")
+
+
+def test_a_memory_cannot_supersede_itself() -> None:
+    own = memory_node("Taro drinks tea.", "2026-09-01", user_id="taro")
+    with pytest.raises(ValueError, match=f"^memory {own.node_id} \\('Taro drinks tea.'\\) "
+                                         "cannot supersede itself$"):
+        memory_node("Taro drinks tea.", "2026-09-01", user_id="taro", supersedes=[own.node_id])

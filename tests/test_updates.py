@@ -347,3 +347,51 @@ async def test_aupdate_memory_and_aforget(index) -> None:
     assert latte.node_id == LATTE.node_id
     assert await aforget(index, [BLACK.node_id]) == 1
     assert SUPERSEDES_KEY not in get_memories(index, [LATTE.node_id])[0].metadata
+
+
+def test_a_re_added_node_keeps_what_it_kept_out_of_its_texts(index) -> None:
+    """A plain LlamaIndex node (its topic in the embedded text) stored again is unchanged."""
+    from llama_index.core.schema import TextNode
+
+    node = TextNode(id_="5f1d6e3c-0000-4000-8000-00000000000a", text="2026-09-01: Taro likes trains.",
+                    metadata={"date": "2026-09-01", "topic": "hobby"},
+                    excluded_llm_metadata_keys=["date"], excluded_embed_metadata_keys=["date"])
+    node.embedding = [0.3] + [0.0] * len(RAWS)
+    node.embedding[1] = (1 - 0.09) ** 0.5
+    insert_memories(index, [node.model_copy(deep=True)])
+    again = insert_memories(index, [node.model_copy(deep=True)])
+    assert again.unchanged == (node.node_id,)
+    stored = get_memories(index, [node.node_id])[0]
+    assert stored.get_content(metadata_mode="embed") == "topic: hobby\n\n2026-09-01: Taro likes trains."
+
+
+def test_other_text_under_a_stored_memorys_id_is_refused(index) -> None:
+    insert_memories(index, [fresh(BLACK)])
+    other = fresh(TRAINS)
+    other.id_ = BLACK.node_id
+    with pytest.raises(ValueError, match=rf"^memory {BLACK.node_id} is stored as '2026-05-20: "
+                                         r"Taro drinks coffee black.', not '2026-08-01: Taro "
+                                         r"likes trains.': a memory's text never changes"):
+        insert_memories(index, [other])
+    assert get_memories(index)[0].get_content() == BLACK.get_content()
+
+
+def test_update_memory_refuses_the_same_fact_and_an_earlier_date(index) -> None:
+    insert_memories(index, [fresh(BLACK)])
+    with pytest.raises(ValueError, match=f"^memory {BLACK.node_id} .* cannot supersede itself$"):
+        update_memory(index, BLACK.node_id, "Taro drinks coffee black.", "2026-05-20")
+    with pytest.raises(ValueError, match="dated 2026-05-01, before memory .* \\(2026-05-20\\)"):
+        update_memory(index, BLACK.node_id, "Taro drinks tea.", "2026-05-01")
+    assert count_memories(index) == 1
+
+
+def test_forget_never_carries_a_link_across_users(index) -> None:
+    """A cross-user link written by a plain insert (no checks) is not passed on by forget."""
+    insert_memories(index, [fresh(n) for n in (BLACK, TRAINS, HANAKO)])
+    hanakos = memory_node("Hanako switched to tea.", "2026-09-09", user_id="hanako",
+                          supersedes=[LATTE.node_id])
+    hanakos.embedding = [0.1] + [0.0] * len(RAWS)
+    hanakos.embedding[1] = (1 - 0.01) ** 0.5
+    index.insert_nodes([fresh(LATTE), hanakos])  # LATTE (taro) supersedes BLACK
+    forget(index, [LATTE.node_id])
+    assert SUPERSEDES_KEY not in get_memories(index, [hanakos.node_id])[0].metadata

@@ -3,11 +3,10 @@ history / export / import on a store.
 
 Ranking uses the store's policy (:func:`~llama_index_recency.store.index_policy`: the one
 ``calibrate --save`` recorded, else the model's shipped one); ``--weight``, ``--tau-days``
-and ``--threshold`` override it. ``--user`` scopes add / ask / list / remember / forget to
-one user's memories.
+and ``--threshold`` override it. ``--user`` scopes add / ask / list / remember / forget /
+history / export to one user's memories.
 
-One small function per subcommand (``run_demo``, ``run_calibrate``, ``run_add``, ``run_ask``,
-``run_list``, ``run_remember``), each taking the parsed arguments and a :class:`Session`
+One small function per subcommand (``run_demo``, ``run_calibrate``, ``run_add``, ...), each taking the parsed arguments and a :class:`Session`
 (consoles, embedding model, timings). Failures are exceptions; :func:`main` alone turns
 them into one line on stderr and an exit code (:func:`describe`). Text that comes from a
 user or an LLM is always printed through :func:`literal`, never as rich markup.

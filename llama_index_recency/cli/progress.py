@@ -57,7 +57,6 @@ class PhaseProgress:
 
     def __enter__(self) -> PhaseProgress:
         self._bar.__enter__()
-        self._started = self._clock()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
@@ -66,9 +65,9 @@ class PhaseProgress:
 
     def __call__(self, phase: str, done: int, total: int) -> None:
         now = self._clock()
-        if phase != self._phase:
+        if phase != self._phase or done == 0:  # a phase starts (reported with done 0)
             self._phase, self._shown = phase, False
-            self._shown_at = self._started
+            self._started = self._shown_at = now
             self._task = self._bar.add_task(f"{phase} memories", total=total)
         assert self._task is not None
         self._bar.update(self._task, completed=done, total=total)
@@ -78,7 +77,6 @@ class PhaseProgress:
             if not self._terminal and (self._shown or elapsed >= self._interval):
                 self._lines.print(Text(f"{phase}: {done}/{total} memories{_rate(done, elapsed)}"
                                        f", done in {_seconds(elapsed)}"))
-            self._started = now  # the next phase starts here
         elif not self._terminal and done and now - self._shown_at >= self._interval:
             eta = f", ETA {_seconds((total - done) * elapsed / done)}" if done and elapsed else ""
             self._lines.print(Text(f"{phase}: {done}/{total} memories{_rate(done, elapsed)}{eta}"))
