@@ -29,8 +29,7 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.schema import TextNode
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
-from llama_index_recency.edge import QdrantEdgeVectorStore
-from llama_index_recency.outbox import Conversation, Outbox
+from llama_index_recency.outbox import Conversation, Outbox, outbox_path
 from llama_index_recency.prompts import (
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
     memory_context,
@@ -38,17 +37,13 @@ from llama_index_recency.prompts import (
 )
 from llama_index_recency.retriever import QdrantRecencyRetriever
 from llama_index_recency.scoring import RecencyPolicy
-from llama_index_recency.store import EDGE_DIRECTORY, index_policy, vector_store_of
+from llama_index_recency.store import index_policy
 from llama_index_recency.vague import is_vague_ranking
 from llama_index_recency.writer import MemoryWriteError, Turn, remember
 
 logger = logging.getLogger(__name__)
 
 _WORKER_IDLE_SECONDS = 5.0  # a writer thread with nothing to do for this long exits
-
-OUTBOX_DIRECTORY = "outbox"
-"""Where a local Edge store (``DIR/edge/<collection>``) keeps its outbox: ``DIR/outbox/<collection>.jsonl``."""
-
 
 class RecencyMemoryBlock(BaseMemoryBlock[str]):
     """Long-term memory for an agent: recall ranked by cosine + recency, dated facts written.
@@ -119,7 +114,7 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
         if self.policy is None:
             self.policy = index_policy(self.index)
         if self.outbox_path is None:
-            self.outbox_path = _edge_outbox_path(self.index)
+            self.outbox_path = outbox_path(self.index)
         self._outbox = Outbox.at(self.outbox_path)
         orphans = self._outbox.claim_orphans() if self.llm is not None else []
         if orphans:  # a past process's conversations: retried in the background
@@ -303,6 +298,8 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
         """Extract and store, then drop ``conversation`` from the outbox; a failed call or store
         keeps it for a retry (logged once per streak), an answer with no valid fact does not."""
         assert self.llm is not None  # only a block with an llm hands conversations over
+        if conversation.id not in self._outbox:  # its user was forgotten meanwhile
+            return []
         try:
             # The conversation's own day (the policy's reference date if set), never a typo.
             stored = remember(list(conversation.turns), self.index, self.llm,
@@ -355,17 +352,6 @@ def _answered(error: Exception) -> bool:
     """Whether the LLM answered but no valid fact came of it (the writer's errors without an
     underlying failure): a retry would only ask the same again."""
     return isinstance(error, MemoryWriteError) and error.__cause__ is None
-
-
-def _edge_outbox_path(index: VectorStoreIndex) -> Optional[Path]:
-    """``DIR/outbox/<collection>.jsonl`` for a store at ``DIR/edge/<collection>``, else None."""
-    store = vector_store_of(index)
-    if not isinstance(store, QdrantEdgeVectorStore):
-        return None
-    shard = Path(store.path)
-    if shard.parent.name != EDGE_DIRECTORY:
-        return None
-    return shard.parent.parent / OUTBOX_DIRECTORY / f"{shard.name}.jsonl"
 
 
 def _turns(messages: List[ChatMessage]) -> list[Turn]:

@@ -20,9 +20,25 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from llama_index_recency.edge import QdrantEdgeVectorStore
+from llama_index_recency.store import EDGE_DIRECTORY, MemoryStore, vector_store_of
 from llama_index_recency.writer import Turn
 
 logger = logging.getLogger(__name__)
+
+OUTBOX_DIRECTORY = "outbox"
+"""Where a local Edge store (``DIR/edge/<collection>``) keeps its outbox: ``DIR/outbox/<collection>.jsonl``."""
+
+
+def outbox_path(index: MemoryStore) -> Optional[Path]:
+    """``DIR/outbox/<collection>.jsonl`` for a store at ``DIR/edge/<collection>``, else None."""
+    store = vector_store_of(index)
+    if not isinstance(store, QdrantEdgeVectorStore):
+        return None
+    shard = Path(store.path)
+    if shard.parent.name != EDGE_DIRECTORY:
+        return None
+    return shard.parent.parent / OUTBOX_DIRECTORY / f"{shard.name}.jsonl"
 
 
 @dataclass(frozen=True)
@@ -84,6 +100,21 @@ class Outbox:
     def __len__(self) -> int:
         with self._lock:
             return len(self._entries)
+
+    def __contains__(self, conversation_id: object) -> bool:
+        with self._lock:
+            return conversation_id in self._entries
+
+    def drop_user(self, user_id: str) -> int:
+        """Drop ``user_id``'s conversations (forgotten users are not written back); returns how many."""
+        with self._lock:
+            dropped = [key for key, entry in self._entries.items() if entry.user_id == user_id]
+            for key in dropped:
+                del self._entries[key]
+            self._orphans = [entry for entry in self._orphans if entry.user_id != user_id]
+            if dropped and self.path is not None:
+                self._persist(self._rewrite)
+            return len(dropped)
 
     def claim_orphans(self) -> list[Conversation]:
         """The conversations found on disk when this outbox opened (a past process's), once."""

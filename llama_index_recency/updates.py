@@ -278,12 +278,21 @@ def forget(
     Selects the memories with ``ids`` AND of ``user_id`` AND dated before ``before`` AND
     matching ``filters``; at least one is required, and ``filters`` without a condition
     do not count (nothing deletes everything by accident). A chain stays whole: forgetting
-    B of A → B → C makes C supersede A, so A still leads to the newest fact.
+    B of A → B → C makes C supersede A, so A still leads to the newest fact. Forgetting a
+    whole user (``user_id`` alone) also drops that user's conversations still waiting in
+    the store's outbox, so a memory block does not write them back.
     """
     scope = memory_scope(user_id=user_id, before=before, filters=filters)
     if ids is None and scope is None:
         raise ValueError(f"forget needs ids, user_id, before or filters with a condition, got "
                          f"filters={filters!r}; it never deletes everything")
+    if user_id is not None and ids is None and before is None and filters is None:
+        # Imported here: the outbox needs the writer, which needs this module.
+        from llama_index_recency.outbox import Outbox, outbox_path
+
+        path = outbox_path(index)
+        if path is not None:
+            Outbox.at(path).drop_user(user_id)
     with _WRITES:
         doomed = get_memories(index, ids, scope)
         if not doomed:

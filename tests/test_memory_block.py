@@ -34,6 +34,7 @@ from llama_index_recency import (
     RecencyPolicy,
     close_memory_index,
     count_memories,
+    forget,
     get_memories,
     memory_node,
     open_memory_index,
@@ -516,3 +517,20 @@ async def test_a_killed_process_loses_no_turn_and_resends_none_it_wrote(tmp_path
     await eventually(lambda: block.outbox_path is not None and not block.outbox_path.exists())
     assert conversation_requests(openai_server, "I like green tea.") == 1
     assert conversation_requests(openai_server, "I moved to Osaka.") in (1, 2)  # cut off, retried
+
+
+async def test_forgetting_a_user_drops_their_waiting_conversations(tmp_path, closed_port_url,
+                                                                   openai_server) -> None:
+    """A user's conversation waiting in the outbox is not written back after forget(user_id=)."""
+    index = disk_index(tmp_path)
+    down = openai_like_llm(model="qwen-test", api_base=closed_port_url, api_key="k", max_retries=0)
+    block = RecencyMemoryBlock(index=index, llm=down, user_id="hanako", user_name="Hanako")
+    await block.aput(TALK)
+    assert await block.await_writes() == 1 and block.outbox_path.exists()
+    forget(index, user_id="hanako")
+    assert not block.outbox_path.exists()
+    assert await block.await_writes() == 0  # the retry finds it forgotten: nothing asked
+    up = openai_like_llm(model="qwen-test", api_base=openai_server.base_url, api_key="k")
+    later = RecencyMemoryBlock(index=index, llm=up, user_id="hanako")
+    assert await later.await_writes() == 0
+    assert openai_server.count("/chat/completions") == 0 and count_memories(index) == 0
