@@ -101,3 +101,24 @@ def test_forget_asks_and_refuses_without_a_terminal(tmp_path: Path, capsys, monk
 def test_forget_needs_a_selection(tmp_path: Path, capsys) -> None:
     assert main(["forget", "--store", str(tmp_path)]) == 2
     assert "forget needs memory ids, --user, --before or --match" in capsys.readouterr().err
+
+
+def test_forget_a_whole_user_drops_their_conversations_waiting_in_the_outbox(
+        tmp_path: Path, capsys) -> None:
+    from datetime import date
+
+    from llama_index_recency.outbox import Conversation, Outbox
+    from llama_index_recency.writer import Turn
+
+    local_mode_store(tmp_path / "old", n=6)
+    main(["migrate", str(tmp_path / "old"), str(tmp_path / "store")])
+    outbox = tmp_path / "store" / "outbox" / "memories.jsonl"
+    waiting = Outbox(outbox)
+    for user in ("taro", "hanako"):
+        waiting.add(Conversation(turns=(Turn("user", f"I am {user}."),), day=date(2026, 9, 1),
+                                 user_id=user))
+    del waiting
+    assert main(["forget", "--store", str(tmp_path / "store"), "--user", "taro", "--yes"]) == 0
+    assert "deleted 3 memories" in capsys.readouterr().out
+    left = [Conversation.from_json(line) for line in outbox.read_text("utf-8").splitlines()]
+    assert [entry.user_id for entry in left] == ["hanako"]

@@ -331,7 +331,10 @@ def run_forget(args: argparse.Namespace, session: Session) -> int:
         if not args.yes and not _confirmed(f"Delete these {len(chosen)} memories for good?"):
             session.console.print("nothing deleted")
             return 1
-        deleted = forget(store, [node.node_id for node in chosen], user_id=args.user)
+        if args.user and not (args.ids or args.before or args.match):  # the whole user: and
+            deleted = forget(store, user_id=args.user)  # their conversations in the outbox
+        else:
+            deleted = forget(store, [node.node_id for node in chosen], user_id=args.user)
     finally:
         close_memory_index(store)
     session.console.print(literal(f"deleted {deleted} memor{'y' if deleted == 1 else 'ies'} "
