@@ -39,7 +39,8 @@ from llama_index_recency.retriever import QdrantRecencyRetriever
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.store import index_policy
 from llama_index_recency.vague import is_vague_ranking
-from llama_index_recency.writer import MemoryWriteError, Turn, remember
+from llama_index_recency.updates import insert_memories
+from llama_index_recency.writer import MemoryWriteError, Turn, extract_memories
 
 logger = logging.getLogger(__name__)
 
@@ -295,16 +296,25 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
         return self._write(conversation)
 
     def _write(self, conversation: Conversation) -> list[TextNode]:
-        """Extract and store, then drop ``conversation`` from the outbox; a failed call or store
-        keeps it for a retry (logged once per streak), an answer with no valid fact does not."""
+        """Extract (unless done before), keep what was extracted in the outbox, store, then
+        drop ``conversation`` from the outbox. A failed call or store keeps it for a retry
+        (logged once per streak), which only stores once the LLM has answered; an answer with
+        no valid fact is not retried."""
         assert self.llm is not None  # only a block with an llm hands conversations over
         if conversation.id not in self._outbox:  # its user was forgotten meanwhile
             return []
         try:
-            # The conversation's own day (the policy's reference date if set), never a typo.
-            stored = remember(list(conversation.turns), self.index, self.llm,
-                              memory_date=conversation.day, user_name=conversation.user_name,
-                              user_id=conversation.user_id, allow_future=True)
+            stored = conversation.extracted()
+            if stored is None:
+                # The conversation's own day (the policy's reference date if set), never a typo.
+                stored = extract_memories(
+                    list(conversation.turns), self.llm, memory_date=conversation.day,
+                    user_name=conversation.user_name, user_id=conversation.user_id,
+                    index=self.index, allow_future=True)
+                conversation = conversation.with_memories(stored)
+                self._outbox.replace(conversation)
+            if stored:
+                insert_memories(self.index, stored)
         except Exception as error:  # noqa: BLE001 - whatever failed, the turns must survive
             if _answered(error):
                 self._outbox.remove(conversation.id)

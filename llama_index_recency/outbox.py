@@ -15,10 +15,12 @@ import os
 import threading
 import uuid
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
+
+from llama_index.core.schema import BaseNode, TextNode
 
 from llama_index_recency.edge import QdrantEdgeVectorStore
 from llama_index_recency.store import EDGE_DIRECTORY, MemoryStore, vector_store_of
@@ -50,6 +52,19 @@ class Conversation:
     user_id: Optional[str] = None
     user_name: Optional[str] = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    memories: Optional[tuple[str, ...]] = None
+    """The memories extracted from the turns (TextNode JSON), once the LLM has answered: a
+    retry then only stores them, never asks again (a new answer could word them otherwise)."""
+
+    def with_memories(self, nodes: Sequence[BaseNode]) -> "Conversation":
+        """This conversation with its extracted memories kept."""
+        return replace(self, memories=tuple(node.to_json() for node in nodes))
+
+    def extracted(self) -> Optional[list[TextNode]]:
+        """The memories extracted earlier, or None when the LLM has not answered yet."""
+        if self.memories is None:
+            return None
+        return [TextNode.from_json(memory) for memory in self.memories]
 
     def to_json(self) -> str:
         """One line of the outbox file."""
@@ -57,6 +72,7 @@ class Conversation:
             "id": self.id, "day": self.day.isoformat(), "user_id": self.user_id,
             "user_name": self.user_name,
             "turns": [{"role": turn.role, "text": turn.text} for turn in self.turns],
+            "memories": None if self.memories is None else list(self.memories),
         }, ensure_ascii=False)
 
     @classmethod
@@ -68,8 +84,12 @@ class Conversation:
         if not turns or any(turn.role not in ("user", "assistant") or not isinstance(turn.text, str)
                             for turn in turns):
             raise ValueError("an outbox entry needs user and assistant turns with text")
+        memories = data.get("memories")
+        if memories is not None and not all(isinstance(memory, str) for memory in memories):
+            raise ValueError("an outbox entry's memories are TextNode JSON strings")
         return cls(turns=turns, day=date.fromisoformat(data["day"]), user_id=data["user_id"],
-                   user_name=data["user_name"], id=str(data["id"]))
+                   user_name=data["user_name"], id=str(data["id"]),
+                   memories=None if memories is None else tuple(memories))
 
 
 class Outbox:
@@ -128,6 +148,14 @@ class Outbox:
             self._entries[conversation.id] = conversation
             if self.path is not None:
                 self._persist(self._append, conversation)
+
+    def replace(self, conversation: Conversation) -> None:
+        """Keep the newer state of a conversation already here (its extracted memories)."""
+        with self._lock:
+            if conversation.id in self._entries:
+                self._entries[conversation.id] = conversation
+                if self.path is not None:
+                    self._persist(self._rewrite)
 
     def remove(self, conversation_id: str) -> None:
         """Forget a conversation that needs no more writing (the file is rewritten atomically)."""

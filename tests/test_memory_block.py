@@ -534,3 +534,30 @@ async def test_forgetting_a_user_drops_their_waiting_conversations(tmp_path, clo
     later = RecencyMemoryBlock(index=index, llm=up, user_id="hanako")
     assert await later.await_writes() == 0
     assert openai_server.count("/chat/completions") == 0 and count_memories(index) == 0
+
+
+async def test_a_store_that_failed_after_the_llm_answered_is_retried_without_asking_again(
+        openai_server, tmp_path, monkeypatch) -> None:
+    """The extracted memories wait in the outbox: a retry stores those, so a second answer
+    worded otherwise can never store the same fact twice."""
+    openai_server.reply = ToolCall("record_memories", FACTS)
+    index = disk_index(tmp_path)
+    store_class = type(index.vector_store)
+    original, calls = store_class.add, []
+
+    def fail_first(store, nodes, **kwargs):
+        calls.append(len(nodes))
+        if len(calls) == 1:
+            raise OSError("the store hiccuped")
+        return original(store, nodes, **kwargs)
+
+    monkeypatch.setattr(store_class, "add", fail_first)
+    block = RecencyMemoryBlock(index=index, llm=extraction_llm(openai_server), user_id="hanako",
+                               user_name="Hanako")
+    await block.aput(TALK)
+    await eventually(lambda: block.pending_retries == 1)
+    (entry,) = [json.loads(line) for line in block.outbox_path.read_text("utf-8").splitlines()]
+    assert len(entry["memories"]) == 1  # what the LLM answered, kept beside the turns
+    assert await block.await_writes() == 0
+    assert len(openai_server.requests) == 1 and count_memories(index) == 1
+    assert not block.outbox_path.exists()

@@ -42,3 +42,20 @@ def test_one_outbox_per_file_in_a_process_whose_orphans_are_claimed_once(tmp_pat
     assert first is second
     assert first.claim_orphans() == [TEA] and second.claim_orphans() == []
     assert Outbox.at(None) is not Outbox.at(None)  # in memory only: one per block
+
+
+def test_extracted_memories_survive_a_restart_exactly(tmp_path) -> None:
+    from llama_index_recency import memory_node
+
+    path = tmp_path / "outbox" / "memories.jsonl"
+    outbox = Outbox(path)
+    outbox.add(TEA)
+    fact = memory_node("Hanako likes green tea.", "2026-09-10", user_id="hanako",
+                       metadata={"kind": "preference"})
+    outbox.replace(TEA.with_memories([fact]))
+    (found,) = Outbox(path).claim_orphans()
+    (memory,) = found.extracted()
+    assert (memory.node_id, memory.text, memory.metadata) == (fact.node_id, fact.text,
+                                                              fact.metadata)
+    assert memory.excluded_embed_metadata_keys == fact.excluded_embed_metadata_keys
+    assert TEA.extracted() is None  # not answered yet: the turns go to the LLM
