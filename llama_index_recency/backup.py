@@ -295,7 +295,7 @@ def read_memory_file(path: str | os.PathLike[str]) -> MemoryFile:
         nodes.append(node)
         lines.append(number)
         models.append(model)
-    problem = _file_link_problem(nodes)
+    problem = link_problem(None, nodes, must_exist=False)  # within the file, before the store
     if problem is not None:
         raise MemoryFileError(path, lines[problem[0]], problem[1])
     return MemoryFile(path, tuple(nodes), tuple(lines), tuple(models))
@@ -388,32 +388,19 @@ def _given(item: dict[str, Any], name: str) -> str:
     return shown if len(shown) <= 60 else shown[:59] + "…"
 
 
-def _file_link_problem(nodes: Sequence[BaseNode]) -> Optional[tuple[int, str]]:
-    """Links between the file's own memories that cross users."""
-    by_id = {node.node_id: node for node in nodes}
-    for position, node in enumerate(nodes):
-        for link in linked_ids(node, SUPERSEDES_KEY):
-            if link in by_id:
-                try:
-                    check_link(node, by_id[link])
-                except ValueError as error:
-                    return position, str(error)
-    return None
-
-
 def link_problem(
-    index: MemoryStore, nodes: Sequence[BaseNode], *, must_exist: bool
+    index: Optional[MemoryStore], nodes: Sequence[BaseNode], *, must_exist: bool
 ) -> Optional[tuple[int, str]]:
     """The first of ``nodes`` whose ``supersedes`` is wrong, as (its position, why), or None.
 
-    Wrong: naming a memory of another user (in ``nodes`` or in the store), or, with
-    ``must_exist``, naming an id that is neither (a link to a deleted memory is harmless
-    and kept, but one typed by hand is likely a typo).
+    Wrong: naming a memory of another user (in ``nodes`` or, given ``index``, in the store),
+    or, with ``must_exist``, naming an id that is neither (a link to a deleted memory is
+    harmless and kept, but one typed by hand is likely a typo).
     """
     known: dict[str, BaseNode] = {node.node_id: node for node in nodes}
     wanted = sorted({link for node in nodes for link in linked_ids(node, SUPERSEDES_KEY)}
                     - known.keys())
-    if wanted:
+    if wanted and index is not None:
         known.update((node.node_id, node) for node in get_memories(index, wanted))
     for position, node in enumerate(nodes):
         for link in linked_ids(node, SUPERSEDES_KEY):
