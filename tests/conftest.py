@@ -388,3 +388,19 @@ def embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     import os
 
     os.environ["RECENCY_CACHE_DIR"] = str(tmp_path_factory.mktemp("embedding-cache"))
+
+
+@pytest.fixture
+def cli_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI as a test reads it: rich wraps nothing (lines can be matched), no LLM
+    configured from the environment, no debug tracebacks."""
+    monkeypatch.setenv("COLUMNS", "220")
+    monkeypatch.delenv("RECENCY_LLM_BASE_URL", raising=False)
+    monkeypatch.delenv("RECENCY_DEBUG", raising=False)
+
+
+def error_line(err: str) -> str:
+    """The whole of stderr, which must be one ``error: …`` line."""
+    assert err.count("\n") == 1 and err.startswith("error: "), err
+    assert "Traceback" not in err
+    return err.rstrip("\n")

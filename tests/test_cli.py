@@ -20,10 +20,7 @@ BLACK = ("Taro drinks coffee black, without sugar or milk.", "2026-08-20", 0.471
 CAFE = ("Taro has been drinking sweet café au lait lately.", "2026-09-01", 0.441)
 
 
-@pytest.fixture(autouse=True)
-def wide_terminal_without_llm(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("COLUMNS", "220")  # rich wraps nothing, so lines can be matched
-    monkeypatch.delenv("RECENCY_LLM_BASE_URL", raising=False)
+pytestmark = pytest.mark.usefixtures("cli_environment")
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import KnownCosineEmbedding
+from conftest import KnownCosineEmbedding, error_line
 
 from llama_index_recency import get_memories, memory_node, open_memory_store
 from llama_index_recency.cli import main
@@ -23,16 +23,7 @@ TEA = ("The user now only drinks green tea.", "2026-09-08")
 FACTS = (BLACK, LATTE, TEA)
 
 
-@pytest.fixture(autouse=True)
-def wide_terminal_without_llm(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("COLUMNS", "220")
-    monkeypatch.delenv("RECENCY_LLM_BASE_URL", raising=False)
-    monkeypatch.delenv("RECENCY_DEBUG", raising=False)
-
-
-def error_line(err: str) -> str:
-    assert err.count("\n") == 1 and err.startswith("error: "), err
-    return err.rstrip("\n")
+pytestmark = pytest.mark.usefixtures("cli_environment")
 
 
 def embedding(*facts: tuple[str, str]) -> KnownCosineEmbedding:

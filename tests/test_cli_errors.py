@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import KnownCosineEmbedding
+from conftest import KnownCosineEmbedding, error_line
 
 from llama_index_recency import close_memory_index, memory_node, open_memory_index
 from llama_index_recency.cli import main
@@ -28,18 +28,7 @@ MEMORY = ("The user drinks coffee black.", "2026-09-01")
 QUESTION = "How do I take my coffee?"
 
 
-@pytest.fixture(autouse=True)
-def wide_terminal_without_llm(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("COLUMNS", "220")
-    monkeypatch.delenv("RECENCY_LLM_BASE_URL", raising=False)
-    monkeypatch.delenv("RECENCY_DEBUG", raising=False)
-
-
-def error_line(err: str) -> str:
-    """The whole of stderr, which must be one ``error: …`` line."""
-    assert err.count("\n") == 1 and err.startswith("error: "), err
-    assert "Traceback" not in err
-    return err.rstrip("\n")
+pytestmark = pytest.mark.usefixtures("cli_environment")
 
 
 def embedding_for(*memories: tuple[str, str], raw: float = 0.5) -> KnownCosineEmbedding:
