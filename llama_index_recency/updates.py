@@ -205,7 +205,7 @@ def _store(index: VectorStoreIndex, nodes: Sequence[BaseNode], on_progress: Opti
             index.insert_nodes(list(nodes[start:start + WRITE_BATCH_SIZE]))
         except Exception as error:  # an interrupt stays an interrupt: never swallowed
             raise PartialWriteError(_count_stored(index, nodes, at_least=start), len(nodes),
-                                    _reason(error)) from error
+                                    error_summary(error)) from error
         if on_progress is not None:
             on_progress("storing", min(start + WRITE_BATCH_SIZE, len(nodes)), len(nodes))
 
@@ -220,7 +220,8 @@ def _count_stored(index: VectorStoreIndex, nodes: Sequence[BaseNode], *, at_leas
                if node.node_id in stored and stored[node.node_id].metadata == node.metadata)
 
 
-def _reason(error: BaseException) -> str:
+def error_summary(error: BaseException) -> str:
+    """One line for a failure: the store-full message as is, else the class and message."""
     if isinstance(error, MemoryStoreFullError):  # says what it is: no class name needed
         return str(error)
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__

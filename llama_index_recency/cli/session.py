@@ -46,7 +46,7 @@ from llama_index_recency.store import (
     open_memory_index,
     open_memory_store,
 )
-from llama_index_recency.updates import PartialWriteError, insert_memories
+from llama_index_recency.updates import PartialWriteError, error_summary, insert_memories
 from llama_index_recency.writer import MemoryWriteError
 
 EMBEDDING_MODELS: dict[str, tuple[str, Callable[[], BaseEmbedding]]] = {
@@ -271,8 +271,4 @@ def _quiet_transformers() -> None:
 
 
 def reason(error: BaseException) -> str:
-    if isinstance(error, KeyboardInterrupt):
-        return "interrupted"
-    if isinstance(error, MemoryStoreFullError):  # says what it is: no class name needed
-        return str(error)
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return "interrupted" if isinstance(error, KeyboardInterrupt) else error_summary(error)
