@@ -45,9 +45,11 @@ from llama_index.core.schema import NodeWithScore, TextNode
 from llama_index_recency.cohort import QueryScale, relevance_cohort
 from llama_index_recency.examples import EXAMPLE_REFERENCE_DATE, example_memories, example_questions
 from llama_index_recency.gate import fit_gate, noise_margin
+from llama_index_recency.intent import question_intent
 from llama_index_recency.memory import memory_node
 from llama_index_recency.models import CALIBRATED_POLICIES, minilm_embedding, offline_embedding
 from llama_index_recency.scoring import RecencyPolicy
+from llama_index_recency.supersession import newer_versions_first
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"
@@ -174,11 +176,13 @@ class Embedder:
 # --- ranking through RecencyPolicy.rank ----------------------------------------------------------
 
 class Ranker:
-    """Rank a store for a question vector with a policy, exactly, through ``RecencyPolicy.rank``."""
+    """Rank a store for a question with a policy, exactly, through ``RecencyPolicy.rank``: the
+    policy for the question's intent, then newer versions first (as the retriever does)."""
 
     def __init__(self, store: Store, scale_of: Callable[[np.ndarray], QueryScale]) -> None:
         self.store, self.scale_of = store, scale_of
-        self.nodes = [TextNode(id_=str(i), text=text, metadata={"date": day})
+        self.nodes = [TextNode(id_=str(i), text=text, metadata={"date": day},
+                               embedding=store.vectors[i].tolist())
                       for i, (day, text, _) in enumerate(store.memories)]
 
     def relevance(self, vector: np.ndarray, policy: RecencyPolicy) -> np.ndarray:
@@ -188,17 +192,25 @@ class Ranker:
         scale = self.scale_of(vector)
         return (cosines - scale.mean) / scale.sd
 
-    def top(self, vector: np.ndarray, policy: RecencyPolicy, k: int) -> list[tuple[int, float]]:
+    def top(self, vector: np.ndarray, policy: RecencyPolicy, k: int,
+            question: str = "") -> list[tuple[int, float]]:
         """The top ``k`` memories by final score (threshold off): (index, final)."""
+        policy = policy.for_intent(question_intent(question))
         relevance = self.relevance(vector, policy)
         kth = np.sort(relevance)[-min(k, len(relevance))]
         return self._rank(relevance, kth - policy.weight, policy, k, -1e9)
 
-    def kept(self, vector: np.ndarray, policy: RecencyPolicy) -> list[tuple[int, float]]:
+    def kept(self, vector: np.ndarray, policy: RecencyPolicy,
+             question: str = "") -> list[tuple[int, float]]:
         """What reaches the prompt: at most top_n with final >= threshold."""
+        policy = policy.for_intent(question_intent(question))
         relevance = self.relevance(vector, policy)
         return self._rank(relevance, policy.threshold - policy.weight, policy, policy.top_n,
                           policy.threshold)
+
+    def brings_up(self, vector: np.ndarray, policy: RecencyPolicy, question: str) -> bool:
+        """Whether any memory reaches the prompt for this (off-topic) question."""
+        return bool(self.kept(vector, policy, question))
 
     def best_final(self, vector: np.ndarray, policy: RecencyPolicy) -> float:
         """The highest final score any memory reaches (bring-up happens when it is >= threshold)."""
@@ -207,10 +219,17 @@ class Ranker:
 
     def _rank(self, relevance: np.ndarray, floor: float, policy: RecencyPolicy, n: int,
               threshold: float) -> list[tuple[int, float]]:
+        chosen = relevance >= floor - 1e-9
         window = [NodeWithScore(node=self.nodes[i], score=float(relevance[i]))
-                  for i in np.flatnonzero(relevance >= floor - 1e-9)]
-        ranking = policy.model_copy(update={"top_n": n, "threshold": threshold}).rank(
-            window, datetime.combine(self.store.reference, datetime.min.time(), timezone.utc))
+                  for i in np.flatnonzero(chosen)]
+        ranked = policy.model_copy(update={"top_n": n, "threshold": threshold})
+        reference = datetime.combine(self.store.reference, datetime.min.time(), timezone.utc)
+        ranking = ranked.rank(window, reference)
+        if policy.supersede_margin is not None:
+            nearest = np.argsort(-relevance)[:policy.supersede_window]
+            window += [NodeWithScore(node=self.nodes[i], score=float(relevance[i]))
+                       for i in nearest if not chosen[i]]
+            ranking = newer_versions_first(ranking, window, ranked, reference)
         return [(int(node.node.node_id), float(node.score or 0.0)) for node in ranking.nodes]
 
 
@@ -230,19 +249,19 @@ class Tally:
 
 
 def measure(stores: Sequence[Store], rankers: dict[str, Ranker], policy: RecencyPolicy,
-            bank: dict[str, np.ndarray]) -> Tally:
+            bank: dict[str, list[tuple[str, np.ndarray]]]) -> Tally:
     tally = Tally()
     cosine = RecencyPolicy(weight=0.0, threshold=-1e9)
     for store in stores:
         ranker, ages = rankers[store.name + store.source], store.ages()
-        for (_, targets, stale), vector in zip(store.questions, store.question_vectors,
-                                               strict=True):
+        for (question, targets, stale), vector in zip(store.questions, store.question_vectors,
+                                                      strict=True):
             if not targets:
                 tally.offtopic += 1
-                tally.offtopic_in += ranker.best_final(vector, policy) >= policy.threshold
+                tally.offtopic_in += ranker.brings_up(vector, policy, question)
                 continue
             holds = [store.memories[i][2] & targets for i in range(len(store.memories))]
-            top = [i for i, _ in ranker.top(vector, policy, 5)]
+            top = [i for i, _ in ranker.top(vector, policy, 5, question)]
             tally.questions += 1
             for k in tally.hits:
                 tally.hits[k] += any(holds[i] for i in top[:k])
@@ -256,35 +275,35 @@ def measure(stores: Sequence[Store], rankers: dict[str, Ranker], policy: Recency
             row[2] += base and not now
             if stale:
                 tally.updates += 1
-                order = ranker.top(vector, policy, len(store.memories))
+                order = ranker.top(vector, policy, len(store.memories), question)
                 first = next(i for i, _ in order if store.memories[i][2] & (targets | stale))
                 tally.newer_first += bool(store.memories[first][2] & targets)
-            kept = ranker.kept(vector, policy)
+            kept = ranker.kept(vector, policy, question)
             tally.evidence_in += any(holds[i] for i, _ in kept)
-        for vector in bank.get(store.lang, ()):
+        for question, vector in bank.get(store.lang, ()):
             tally.offtopic += 1
-            tally.offtopic_in += ranker.best_final(vector, policy) >= policy.threshold
+            tally.offtopic_in += ranker.brings_up(vector, policy, question)
     return tally
 
 
 def fitted_threshold(stores: Sequence[Store], rankers: dict[str, Ranker], policy: RecencyPolicy,
-                     bank: dict[str, np.ndarray], share: float = MAX_BRING_UP) -> float:
+                     bank: dict[str, list[tuple[str, np.ndarray]]], share: float = MAX_BRING_UP) -> float:
     """The lowest threshold at which at most ``share`` of the bank's questions bring a memory."""
     best = sorted((rankers[s.name + s.source].best_final(v, policy) for s in stores
-                   for v in bank[s.lang]), reverse=True)
+                   for _, v in bank[s.lang]), reverse=True)
     allowed = int(share * len(best))
     return best[allowed] + 1e-6
 
 
 def self_calibrated(stores: Sequence[Store], rankers: dict[str, Ranker], policy: RecencyPolicy,
-                    tune_bank: dict[str, np.ndarray], bank: dict[str, np.ndarray]) -> Tally:
+                    tune_bank: dict[str, list[tuple[str, np.ndarray]]], bank: dict[str, list[tuple[str, np.ndarray]]]) -> Tally:
     """Each store with its own threshold from ``gate.fit_gate`` on the tune bank (what
     ``calibrate --save`` does on a live store), measured on ``bank``."""
     total = Tally()
     for store in stores:
         ranker = rankers[store.name + store.source]
-        best = {lang: [ranker.best_final(v, policy) for v in vectors]
-                for lang, vectors in tune_bank.items()}
+        best = {lang: [ranker.best_final(v, policy) for _, v in questions]
+                for lang, questions in tune_bank.items()}
         fitted = fit_gate(best, margin=noise_margin(policy)).threshold
         own = policy.model_copy(update={"threshold": fitted})
         tally = measure([store], rankers, own, bank)
@@ -302,7 +321,7 @@ def self_calibrated(stores: Sequence[Store], rankers: dict[str, Ranker], policy:
 
 
 def spread(stores: Sequence[Store], rankers: dict[str, Ranker], policy: RecencyPolicy,
-           bank: dict[str, np.ndarray]) -> list[tuple[str, float, float, float]]:
+           bank: dict[str, list[tuple[str, np.ndarray]]]) -> list[tuple[str, float, float, float]]:
     """Per store: its own threshold (5% of the bank), and the evidence pass rate there and at
     the policy's own threshold."""
     rows = []
@@ -367,8 +386,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         for store in stores:
             embedder.embed(store)
         rankers = {s.name + s.source: Ranker(s, cohort.scale) for s in stores}
-        banks = {split: {lang: embedder.texts(f"offtopic-{split}", offtopic(split, lang), True)
-                         for lang in ("en", "ja")} for split in ("tune", "heldout")}
+        banks = {split: {lang: list(zip(offtopic(split, lang), embedder.texts(
+            f"offtopic-{split}", offtopic(split, lang), True), strict=True))
+            for lang in ("en", "ja")} for split in ("tune", "heldout")}
         # Thresholds are fitted on the tune stores of the kind this package writes: fact
         # sentences (a raw-turn store is calibrated on itself, the "self-calibrated" rows).
         tune = [s for s in stores if s.split == "tune" and not s.source.endswith("turns")
@@ -383,6 +403,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                      f"{default.threshold:g}", default)]
         if model_name == "e5":
             policies.insert(1, ("0.2.0 shipped 0.05638/14/0.853", OLD_E5))
+        flat = {k: v for k, v in CALIBRATED_POLICIES[model.model_name].items()
+                if k in ("weight", "tau_days", "threshold")}
+        policies.insert(-1, (f"one bonus for every question {flat['weight']:g}/"
+                             f"{flat['tau_days']:g}/{flat['threshold']:g}", RecencyPolicy(**flat)))
         if args.grid:
             for relevance, weight in (("cosine", 0.004), ("cosine", 0.008), ("cosine", 0.016),
                                       ("cohort", 0.0), ("cohort", 0.25), ("cohort", 0.5)):

@@ -56,7 +56,7 @@ from llama_index_recency.models import (
     openai_like_llm,
     qwen3_embedding,
 )
-from llama_index_recency.past import PAST_POINTING_PATTERNS, points_to_past
+from llama_index_recency.intent import PAST_POINTING_PATTERNS, points_to_past, question_intent
 from llama_index_recency.postprocessor import RecencyBonusPostprocessor
 from llama_index_recency.prompts import (
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
@@ -183,6 +183,7 @@ __all__ = [
     "PartialWriteError",
     "PAST_POINTING_PATTERNS",
     "points_to_past",
+    "question_intent",
     "PolicyCandidate",
     "PolicyFit",
     "QdrantEdgeVectorStore",

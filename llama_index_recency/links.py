@@ -220,7 +220,7 @@ def with_successors(
         reason = "kept" if successor is None else f"kept; superseded by {successor.node.node_id}"
         rows.append(replace(by_id[node_id], reason=reason))
     rows.extend(row for row in ranking.rows if row.node_id not in placed | kept_ids)
-    return RecencyRanking(rows=tuple(rows), nodes=tuple(nodes), relevance=ranking.relevance)
+    return replace(ranking, rows=tuple(rows), nodes=tuple(nodes))
 
 
 def _newest(node: BaseNode, reached: Sequence[NodeWithScore], date_key: str

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
 from typing import List, Optional
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.bridge.pydantic import Field, model_validator
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, model_validator
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import NodeWithScore, QueryBundle
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from llama_index_recency.cohort import relevance_cohort
-from llama_index_recency.past import points_to_past
+from llama_index_recency.intent import question_intent
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
+from llama_index_recency.supersession import newer_versions_first
+
+logger = logging.getLogger(__name__)
 
 
 class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
@@ -28,8 +33,9 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         le=1.0,
         description=(
             "Bonus multiplier for questions that explicitly point to the past ('this is "
-            "an old story, but…', 'back in the summer…'; see past.PAST_POINTING_PATTERNS). "
-            "1.0 (default) turns the option off; 0.0 removes the bonus for them."
+            "an old story, but…', 'back in the summer…'; see intent.PAST_POINTING_PATTERNS) "
+            "when past_weight is None. 1.0 (default) turns the option off; 0.0 removes "
+            "the bonus for them."
         ),
     )
 
@@ -38,9 +44,12 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         exclude=True,
         description=(
             "The index's embedding model; needed with relevance='cohort' to scale the "
-            "question against the cohort (its vector is reused when the retriever set it)."
+            "question against the cohort (its vector is reused when the retriever set it), "
+            "and with supersede_margin for candidates retrieved without their embeddings."
         ),
     )
+
+    _warned_no_vectors: bool = PrivateAttr(default=False)
 
     @model_validator(mode="after")
     def _cohort_needs_the_model(self) -> "RecencyBonusPostprocessor":
@@ -60,10 +69,37 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         nodes: List[NodeWithScore],
         query_bundle: Optional[QueryBundle] = None,
     ) -> RecencyRanking:
-        """Score every candidate and say which are kept and why (raw, age, bonus, final)."""
+        """Score every candidate and say which are kept and why (raw, age, bonus, final),
+        with the bonus the question's intent calls for and newer versions placed first."""
+        intent = "neutral" if query_bundle is None else question_intent(query_bundle.query_str)
+        policy = self.for_intent(intent)
         if self.relevance == "cohort":
             nodes = self._cohort_scaled(nodes, query_bundle)
-        return self.rank(nodes, bonus_scale=self._bonus_scale(query_bundle))
+        reference = policy.reference()
+        ranking = replace(policy.rank(nodes, reference), intent=intent)
+        if policy.supersede_margin is None:
+            return ranking
+        return newer_versions_first(ranking, self._with_vectors(nodes), policy, reference)
+
+    def _with_vectors(self, nodes: List[NodeWithScore]) -> List[NodeWithScore]:
+        """The candidates with embeddings: their own, else computed by ``embed_model``; without
+        either, versions are not compared (logged once)."""
+        missing = [n for n in nodes if not n.node.embedding]
+        if not missing:
+            return nodes
+        if self.embed_model is None:
+            if not self._warned_no_vectors:
+                self._warned_no_vectors = True
+                logger.warning("supersede_margin is set but %d candidates carry no embedding "
+                               "and no embed_model is given: newer versions are not placed "
+                               "first (not reported again)", len(missing))
+            return [n for n in nodes if n.node.embedding]
+        texts = [n.node.get_content(metadata_mode=MetadataMode.EMBED) for n in missing]
+        vectors = self.embed_model.get_text_embedding_batch(texts)
+        filled = {n.node.node_id: vector for n, vector in zip(missing, vectors, strict=True)}
+        return [n if n.node.embedding else NodeWithScore(
+            node=n.node.model_copy(update={"embedding": filled[n.node.node_id]}), score=n.score)
+            for n in nodes]
 
     def _cohort_scaled(
         self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle]
@@ -76,12 +112,6 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
             query_bundle.embedding_strs
         )
         return relevance_cohort(self.embed_model).scale(vector).apply(nodes)
-
-    def _bonus_scale(self, query_bundle: Optional[QueryBundle]) -> float:
-        """``past_bonus_scale`` if the question points to the past, else 1.0."""
-        if query_bundle is not None and points_to_past(query_bundle.query_str):
-            return self.past_bonus_scale
-        return 1.0
 
     def _postprocess_nodes(
         self,

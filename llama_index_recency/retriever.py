@@ -12,13 +12,14 @@ search request.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, List, Optional, Sequence
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.vector_store import VectorStoreIndex
-from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
+from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle, QueryType
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
     MetadataFilters,
@@ -34,9 +35,10 @@ from llama_index_recency.events import dispatch_ranking
 from llama_index_recency.filters import memory_scope, to_qdrant_filter
 from llama_index_recency.links import with_successors
 from llama_index_recency.memory import SUPERSEDES_KEY, USER_ID_KEY, SeveralUsersWarning
-from llama_index_recency.past import points_to_past
+from llama_index_recency.intent import question_intent
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 from llama_index_recency.search import MemorySearch, SearchPlan, dated_filter, exact_recency_search
+from llama_index_recency.supersession import with_newer_versions
 from llama_index_recency.store import index_policy, qdrant_selection, vector_store_of
 from llama_index_recency.vague import VAGUE_WINDOW_DAYS, is_vague_reference, with_recent
 
@@ -151,11 +153,16 @@ class QdrantRecencyRetriever(BaseRetriever):
     # --- one plan, two drivers ---------------------------------------------------------------
 
     def _plan(self, bundle: QueryBundle) -> SearchPlan:
-        """The exact ranking, then each superseded memory's newest successor placed before it,
-        then for a vague reference the recent memories in the places left."""
-        policy = self._policy_for(bundle)
+        """The exact ranking with the bonus the question's intent calls for, newer versions
+        placed before the older ones they repeat, each superseded memory's newest linked
+        successor placed before it, then for a vague reference the recent memories in the
+        places left."""
+        intent = question_intent(bundle.query_str)
+        policy = self._policy.for_intent(intent)
         reference = policy.reference()
         ranking = yield from exact_recency_search(policy, reference, self._filters)
+        ranking = replace(ranking, intent=intent)
+        ranking = yield from with_newer_versions(ranking, policy, reference, self._filters)
         ranking = yield from with_successors(ranking, policy, reference, self._filters)
         if self._vague_window_days is None or not is_vague_reference(bundle.query_str):
             return ranking
@@ -163,15 +170,8 @@ class QdrantRecencyRetriever(BaseRetriever):
                                        self._vague_window_days))
 
     def _policy_for(self, bundle: QueryBundle) -> RecencyPolicy:
-        """The policy, with the bonus scaled down for a question that points to the past
-        when it is a postprocessor with ``past_bonus_scale`` (a smaller weight keeps the
-        search exact)."""
-        scale = getattr(self._policy, "past_bonus_scale", 1.0)
-        if scale == 1.0 or not points_to_past(bundle.query_str):
-            return self._policy
-        return RecencyPolicy(**{**self._policy.model_dump(include=set(RecencyPolicy.model_fields)),
-                                "reference_date": self._policy.reference_date,
-                                "weight": self._policy.weight * scale})
+        """The policy a question is ranked with (:meth:`RecencyPolicy.for_intent`)."""
+        return self._policy.for_intent(question_intent(bundle.query_str))
 
     def _scale(self, vector: List[float]) -> Optional[QueryScale]:
         """The question's cohort scale when the policy is in cohort units, else None (cosine)."""
@@ -189,6 +189,8 @@ class QdrantRecencyRetriever(BaseRetriever):
             while True:
                 query, kwargs = self._translate(search, vector)
                 results = _scored(self._vector_store.query(query, **kwargs), scale)
+                if search.with_vectors and (missing := _missing_vectors(results)):
+                    _attach_vectors(results, self._vector_store.get_nodes(node_ids=missing))
                 self._several_users.check(n.node for n in results)
                 search = plan.send(results)
         except StopIteration as done:
@@ -202,6 +204,8 @@ class QdrantRecencyRetriever(BaseRetriever):
             while True:
                 query, kwargs = self._translate(search, vector)
                 results = _scored(await self._vector_store.aquery(query, **kwargs), scale)
+                if search.with_vectors and (missing := _missing_vectors(results)):
+                    _attach_vectors(results, await self._vector_store.aget_nodes(node_ids=missing))
                 self._several_users.check(n.node for n in results)
                 search = plan.send(results)
         except StopIteration as done:
@@ -316,6 +320,18 @@ def _scored(
         for node, score in zip(nodes, result.similarities or [], strict=True)
     ]
     return scored if scale is None else scale.apply(scored)
+
+
+def _missing_vectors(results: Sequence[NodeWithScore]) -> list[str]:
+    return [n.node.node_id for n in results if not n.node.embedding]
+
+
+def _attach_vectors(results: Sequence[NodeWithScore], stored: Sequence[BaseNode]) -> None:
+    """Give each result its stored embedding (a query returns payloads only)."""
+    vectors = {node.node_id: node.embedding for node in stored}
+    for result in results:
+        if not result.node.embedding:
+            result.node.embedding = vectors.get(result.node.node_id)
 
 
 def _bundle(query: QueryType) -> QueryBundle:

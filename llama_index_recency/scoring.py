@@ -23,6 +23,8 @@ from llama_index.core.bridge.pydantic import (
 )
 from llama_index.core.schema import NodeWithScore
 
+from llama_index_recency.intent import Intent
+
 logger = logging.getLogger(__name__)
 
 SECONDS_PER_DAY = 86_400.0
@@ -115,6 +117,9 @@ class RecencyRanking:
     vague: bool = False
     """The question was a vague reference (:func:`~llama_index_recency.vague.is_vague_reference`):
     recent memories were listed so the character can ask back which one is meant."""
+    intent: Intent = "neutral"
+    """What the question asked of time (:func:`~llama_index_recency.intent.question_intent`),
+    which chose the bonus (:meth:`RecencyPolicy.for_intent`)."""
 
     def to_table(self) -> str:
         """Render the rows as the seed's Markdown table (memory, raw, bonus, final, verdict)."""
@@ -132,6 +137,12 @@ class RecencyRanking:
 
     def __str__(self) -> str:
         return self.to_table()
+
+
+def _with_note(verdict: str, previous: str) -> str:
+    """A verdict keeps a note a ranking step left on the row ("…; newer version of …")."""
+    note = previous.partition("; ")[2]
+    return f"{verdict}; {note}" if note else verdict
 
 
 def _one_line(text: str, width: int = 72) -> str:
@@ -181,6 +192,55 @@ class RecencyPolicy(BaseModel):
         description="Lowest post-bonus score that may enter the prompt.",
     )
     top_n: int = Field(default=3, ge=1, description="Most memories kept for the prompt.")
+    present_weight: Optional[float] = Field(
+        default=None,
+        ge=0.0,
+        allow_inf_nan=False,
+        description=(
+            "Largest bonus for a question about the present ('…these days?'); the threshold "
+            "rises by present_weight - weight, so a memory dated today passes as it would "
+            "otherwise and older ones rank lower. None: the same bonus for every question."
+        ),
+    )
+    present_tau_days: Optional[float] = Field(
+        default=None,
+        gt=0.0,
+        allow_inf_nan=False,
+        description="Decay constant of the present bonus, in days (None: tau_days).",
+    )
+    past_weight: Optional[float] = Field(
+        default=None,
+        ge=0.0,
+        allow_inf_nan=False,
+        description=(
+            "Largest bonus for a question that points to the past ('…used to…?'); 0 ranks "
+            "them on relevance alone. None: weight."
+        ),
+    )
+    supersede_margin: Optional[float] = Field(
+        default=None,
+        ge=0.0,
+        allow_inf_nan=False,
+        description=(
+            "Newer versions first: a newer candidate whose final score is within this margin "
+            "of an older one it nearly repeats is placed right before it (never for questions "
+            "about the past). None: off."
+        ),
+    )
+    supersede_z: float = Field(
+        default=0.5,
+        allow_inf_nan=False,
+        description=(
+            "How far (in sd of the similarity between the question's top candidates) two "
+            "memories' similarity must stand above the mean for one to be a version of the "
+            "other; the newer must also be the older one's most similar candidate."
+        ),
+    )
+    supersede_window: int = Field(
+        default=20,
+        ge=2,
+        description="How many top candidates by relevance the version comparison looks at.",
+    )
     date_key: str = Field(
         default="date", description="Metadata / payload key holding the memory's date."
     )
@@ -233,6 +293,32 @@ class RecencyPolicy(BaseModel):
             return datetime.now(timezone.utc)
         return parse_memory_date(value)
 
+    def for_intent(self, intent: Intent) -> "RecencyPolicy":
+        """The plain policy that ranks a question of this intent: the present bonus (and the
+        threshold raised by ``present_weight - weight``), the past bonus without version
+        reordering, or the policy itself for a neutral one."""
+        if intent == "present" and self.present_weight is not None:
+            changes: dict[str, Any] = {
+                "weight": self.present_weight,
+                "tau_days": self.present_tau_days or self.tau_days,
+                "threshold": self.threshold + self.present_weight - self.weight,
+                "present_weight": None,  # the copy ranks as it is: for_intent is idempotent
+            }
+        elif intent == "past" and (self._past_weight() != self.weight
+                                   or self.supersede_margin is not None):
+            changes = {"weight": self._past_weight(), "supersede_margin": None}
+        else:
+            return self
+        values = self.model_dump(include=set(RecencyPolicy.model_fields))
+        return RecencyPolicy(**{**values, "reference_date": self.reference_date, **changes})
+
+    def _past_weight(self) -> float:
+        """The bonus for a question about the past: ``past_weight``, else ``weight``
+        (scaled by a postprocessor's ``past_bonus_scale``)."""
+        if self.past_weight is not None:
+            return self.past_weight
+        return self.weight * float(getattr(self, "past_bonus_scale", 1.0))
+
     def bonus(self, age_days: float) -> float:
         """The recency bonus for a memory ``age_days`` old."""
         return recency_bonus(age_days, self.weight, self.tau_days)
@@ -262,21 +348,31 @@ class RecencyPolicy(BaseModel):
             scored.append((row.final, position, candidate, row))
         # Stable: equal finals keep the retriever's (raw cosine) order.
         scored.sort(key=lambda item: (-item[0], item[1]))
+        return self.select([(candidate, row) for _, _, candidate, row in scored], threshold)
 
+    def select(
+        self,
+        ordered: Sequence[tuple[NodeWithScore, RankedMemory]],
+        threshold: Optional[float] = None,
+    ) -> RecencyRanking:
+        """Verdicts for candidates already in ranking order: the first ``top_n`` whose final
+        score reaches ``threshold`` (the policy's by default) are kept."""
+        threshold = self.threshold if threshold is None else threshold
         rows: list[RankedMemory] = []
         kept: list[NodeWithScore] = []
-        for final, _, candidate, row in scored:
+        for candidate, row in ordered:
             if row.reason == DROPPED_NO_DATE:
                 rows.append(row)
                 continue
-            if final < threshold:
+            if row.final < threshold:
                 reason = f"below {threshold:g}"
             elif len(kept) >= self.top_n:
                 reason = f"over top {self.top_n}"
             else:
                 reason = "kept"
-                kept.append(NodeWithScore(node=candidate.node, score=final))
-            rows.append(replace(row, kept=reason == "kept", reason=reason))
+                kept.append(NodeWithScore(node=candidate.node, score=row.final))
+            rows.append(replace(row, kept=reason == "kept",
+                                reason=_with_note(reason, row.reason)))
         return RecencyRanking(rows=tuple(rows), nodes=tuple(kept), relevance=self.relevance)
 
     def final_score(self, raw: float, date_value: Any, reference: datetime) -> Optional[float]:

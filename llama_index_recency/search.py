@@ -58,7 +58,8 @@ class MemorySearch:
 
     ``filters`` is the caller's scope (a user, a kind, ...), applied inside the search;
     ``ids`` restricts it to those memories (to score known ones); ``linked`` = (key, ids)
-    to the memories whose list under ``key`` names one of ``ids`` (successor links).
+    to the memories whose list under ``key`` names one of ``ids`` (successor links);
+    ``with_vectors``: the results carry their embeddings.
     """
 
     limit: int
@@ -67,6 +68,7 @@ class MemorySearch:
     undated_only: bool = False
     ids: Optional[tuple[str, ...]] = None
     linked: Optional[tuple[str, tuple[str, ...]]] = None
+    with_vectors: bool = False
 
     def metadata_filters(self, date_key: str) -> Optional[MetadataFilters]:
         """The whole condition as LlamaIndex ``MetadataFilters``: scope AND the date condition."""
@@ -115,7 +117,7 @@ def exact_recency_search(
     only ones that can pass), ranked by :meth:`RecencyPolicy.rank` itself; its nodes are
     exactly what the policy would keep over the whole store.
     """
-    floor = policy.threshold - policy.weight - _SCORE_SLACK
+    floor = candidate_floor(policy)
     if policy.on_missing_date == "raise":
         # A memory without a date anywhere in the window would make the policy raise.
         undated = yield MemorySearch(limit=1, filters=filters, undated_only=True)
@@ -147,6 +149,11 @@ def exact_recency_search(
             if _unseen_bound(policy, tier_ages, kth) < _goal(policy, passing):
                 return _rank_window(policy, reference, seen.values(), floor)
         limit *= 4
+
+
+def candidate_floor(policy: RecencyPolicy) -> float:
+    """The lowest relevance a memory can have and still reach the threshold with a full bonus."""
+    return policy.threshold - policy.weight - _SCORE_SLACK
 
 
 def _tier_start(reference: datetime, age_days: float) -> datetime:

@@ -457,10 +457,17 @@ def index_policy(index: MemoryStore, **overrides: Any) -> RecencyPolicy:
     ``overrides`` (e.g. ``reference_date=...``) are applied on top.
     """
     metadata = _collection_metadata(vector_store_of(index))
-    values = metadata.get(POLICY_METADATA_KEY)
-    if values is None:
-        model = (metadata.get(EMBEDDING_METADATA_KEY) or {}).get("model")
-        values = CALIBRATED_POLICIES.get(model or "", {})
+    model = (metadata.get(EMBEDDING_METADATA_KEY) or {}).get("model")
+    shipped = CALIBRATED_POLICIES.get(model or "", {})
+    saved = metadata.get(POLICY_METADATA_KEY)
+    if saved is None:
+        values = shipped
+    elif saved.get("relevance", "cosine") == shipped.get("relevance", "cosine"):
+        # A saved calibration fits the gate and the bonus; the intent and version rules
+        # the model ships with (in the same units) still apply.
+        values = {**shipped, **saved}
+    else:
+        values = saved
     return RecencyPolicy(**{**values, **overrides})
 
 

@@ -6,7 +6,7 @@ path (:class:`~llama_index_recency.QdrantRecencyRetriever` lists the recent memo
 character can ask back which one is meant), not a lower threshold for every question.
 
 The detector is a fixed rule over fixed word lists, like
-:func:`~llama_index_recency.past.points_to_past`, so it is predictable and testable.
+:func:`~llama_index_recency.intent.points_to_past`, so it is predictable and testable.
 A question is a vague reference when both hold:
 
 1. **a vague referent** (a *cue*): a general noun after a definite determiner ("that
@@ -333,8 +333,7 @@ def fill_with_recent(
         + [row for row in ranking.rows if not row.kept and row.node_id not in picked_ids]
     )
     nodes = [_marked(n) for n in (*ranking.nodes, *picked)]
-    return RecencyRanking(rows=tuple(rows), nodes=tuple(nodes), relevance=ranking.relevance,
-                          vague=True)
+    return replace(ranking, rows=tuple(rows), nodes=tuple(nodes), vague=True)
 
 
 def recent_candidates(

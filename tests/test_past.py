@@ -12,7 +12,7 @@ from llama_index_recency import (
     example_questions,
     open_memory_index,
 )
-from llama_index_recency.past import points_to_past
+from llama_index_recency.intent import points_to_past
 
 SEED_TODAY = "2026-09-10"
 PAST_PREFIX = "This is an old story, but "

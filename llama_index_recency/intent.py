@@ -1,0 +1,106 @@
+"""What a question asks of time: the present state, a past one, or neither.
+
+A question about the present ("What do I drink these days?") wants the newest version of
+a fact, one about the past ("What did I use to drink?") an old one, and most questions
+("How do I take my coffee?") say neither. :class:`~llama_index_recency.RecencyPolicy`
+sets the recency bonus per intent. The rule is a fixed phrase list in English and
+Japanese, so it is predictable and testable; extend it by adding patterns to
+:data:`PRESENT_PATTERNS` / :data:`PAST_POINTING_PATTERNS` before the first question
+(they are compiled on first use). An explicit past marker wins over a present one
+("This is an old story, but I still…").
+Vague recent references ("the other day", 「この前」) are in neither list.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Literal
+
+Intent = Literal["present", "past", "neutral"]
+
+PRESENT_PATTERNS: list[str] = [
+    r"\bnow\b",
+    r"\bnowadays\b",
+    r"\bthese days\b",
+    r"\blately\b",
+    r"\brecently\b",
+    r"\bcurrently\b",
+    r"\bcurrent\b",
+    r"\bstill\b",
+    r"\bany ?more\b",
+    r"\bat the moment\b",
+    r"\bat present\b",
+    r"\bthis (?:week|month|year)\b",
+    r"\bthe latest\b",
+    r"最近",
+    r"今(?!度|後|朝|晩|夜|日|週|月|年|回|更)",  # 今 (now), not 今度 (next time), 今日 (today), …
+    r"(?<![てでい])いま(?![すせし])",  # not the verb ending 〜ています
+    r"現在",
+    r"まだ",
+    r"結局",
+    r"近頃|このごろ|この頃",
+    r"現時点",
+]
+"""Regular expressions (case-insensitive) for phrases that ask about the present state."""
+
+PAST_POINTING_PATTERNS: list[str] = [
+    r"\bold story\b",
+    r"\b(?:a )?long time ago\b",
+    r"\blong ago\b",
+    r"\bages ago\b",
+    r"\b(?:years|months) ago\b",
+    r"\ba (?:while|long while) (?:ago|back)\b",
+    r"\bway back\b",
+    r"\bback (?:in|when|then)\b",  # "back in the summer", "back in 2024", "back when I…"
+    r"\blast (?:year|summer|winter|spring|autumn|fall)\b",
+    r"\bin the old days\b",
+    r"\bin the past\b",
+    r"\b(?:I|we|you) used to\b",
+    r"\bdid (?:I|we|you) use to\b",
+    r"\bpreviously\b",
+    r"\bformerly\b",
+    r"\bat first\b",
+    r"\boriginally\b",
+    r"\bat the (?:start|beginning)\b",
+    # "before" that stands for an earlier time ("What did I drink before?", "before that",
+    # "before I switched"), not "before bed" nor "what I told you before".
+    r"(?<!told you )(?<!told me )(?<!said )(?<!mentioned )(?<!asked )"
+    r"\bbefore(?= *(?:[?.!,]|$|that\b|then\b|I\b|we\b|the (?:move|switch|change)\b))",
+    r"昔",
+    r"ずっと前",
+    r"だいぶ前",
+    r"去年",
+    r"(?<!名)(?<!この)前(?:は|まで)",  # not 名前は (the name is), nor この前 (the other day)
+    r"以前",
+    r"最初は|最初の頃",
+    r"もともと|元々",
+    r"当初",
+    r"かつて",
+]
+"""Regular expressions (case-insensitive) for phrases that point to the past, English and Japanese."""
+
+
+@lru_cache(maxsize=8)
+def _compiled(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(patterns), re.IGNORECASE)
+
+
+def points_to_past(question: str) -> bool:
+    """True when ``question`` contains one of :data:`PAST_POINTING_PATTERNS`."""
+    return _compiled(tuple(PAST_POINTING_PATTERNS)).search(question) is not None
+
+
+def asks_about_present(question: str) -> bool:
+    """True when ``question`` contains one of :data:`PRESENT_PATTERNS`."""
+    return _compiled(tuple(PRESENT_PATTERNS)).search(question) is not None
+
+
+def question_intent(question: str) -> Intent:
+    """``"present"``, ``"past"`` or ``"neutral"``: which versions of a fact ``question`` wants.
+
+    A past marker wins ("This is an old story, but I still…" asks about the past).
+    """
+    if points_to_past(question):
+        return "past"
+    return "present" if asks_about_present(question) else "neutral"

@@ -1,0 +1,156 @@
+"""Newer versions first, without links: a newer memory that nearly repeats an older one goes first.
+
+When a fact changes ("drinks coffee black" in June, "switched to café au lait" in
+September) both versions answer the question about equally well, and cosine often prefers
+the older wording. Among the question's top candidates by relevance, a newer memory B is
+taken as a version of an older memory A when B is A's most similar candidate and their
+similarity stands ``supersede_z`` sd above the mean similarity of the candidates' pairs
+(relative to the candidates, so the same rule holds in languages whose sentences all sit
+close together). If B's final score is within ``supersede_margin`` of A's, B is placed
+right before A; A is never dropped by this step, only moved below B (it may then fall
+past ``top_n``). Questions about the past skip the step (``RecencyPolicy.for_intent``).
+
+:func:`newer_versions_first` is the I/O-free rule; :func:`with_newer_versions` is the step
+of a search plan that fetches the candidates' vectors through the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Optional
+
+import numpy as np
+from llama_index.core.schema import NodeWithScore
+from llama_index.core.vector_stores.types import MetadataFilters
+
+from llama_index_recency.scoring import RankedMemory, RecencyPolicy, RecencyRanking
+from llama_index_recency.search import MemorySearch, SearchPlan, candidate_floor
+
+
+def with_newer_versions(
+    ranking: RecencyRanking,
+    policy: RecencyPolicy,
+    reference: datetime,
+    filters: Optional[MetadataFilters] = None,
+) -> SearchPlan:
+    """A plan step: the question's top ``supersede_window`` candidates with their vectors (and
+    the ranking's other rows), then :func:`newer_versions_first` over them."""
+    if policy.supersede_margin is None or sum(row.age_days is not None for row in ranking.rows) < 2:
+        return ranking
+    window = list((yield MemorySearch(limit=policy.supersede_window, filters=filters,
+                                      with_vectors=True)))
+    have = {candidate.node.node_id for candidate in window}
+    missing = tuple(row.node_id for row in ranking.rows if row.node_id not in have)
+    if missing:
+        window += (yield MemorySearch(limit=len(missing), filters=filters, ids=missing,
+                                      with_vectors=True))
+    return newer_versions_first(ranking, window, policy, reference)
+
+
+def newer_versions_first(
+    ranking: RecencyRanking,
+    candidates: Sequence[NodeWithScore],
+    policy: RecencyPolicy,
+    reference: datetime,
+) -> RecencyRanking:
+    """``ranking`` with each newer version placed right before the older one it nearly repeats.
+
+    ``candidates`` are scored (relevance) nodes carrying their embeddings: the question's
+    top candidates, including every row of ``ranking``. Candidates that could pass and
+    are not rows yet become rows. Without ``supersede_margin``, fewer than three vectors
+    or no spread among them, ``ranking`` is returned as it is.
+    """
+    margin = policy.supersede_margin
+    if margin is None:
+        return ranking
+    nodes = {c.node.node_id: c for c in candidates if c.node.embedding}
+    if any(row.node_id not in nodes for row in ranking.rows):
+        return ranking
+    window = sorted(nodes.values(), key=lambda c: (-(c.score or 0.0), c.node.node_id))
+    window = window[: max(policy.supersede_window, len(ranking.rows))]
+    nearest = _versions(window, policy.supersede_z)
+    if not nearest:
+        return ranking
+    rows = _rows_with_window(ranking, window, policy, reference)
+    order = _reordered(rows, nearest, margin)
+    if [row.node_id for row in order] == [row.node_id for row in rows]:
+        return ranking
+    selected = policy.select([(nodes[row.node_id], row) for row in order])
+    return replace(ranking, rows=selected.rows, nodes=selected.nodes)
+
+
+def _versions(window: Sequence[NodeWithScore], z: float) -> dict[str, str]:
+    """For each candidate, its most similar other candidate when that similarity stands ``z``
+    sd above the mean of the window's pairs; empty when the window cannot say."""
+    if len(window) < 3:
+        return {}
+    matrix = np.array([c.node.embedding for c in window], dtype=np.float64)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    if not np.all(norms > 0):
+        return {}
+    matrix /= norms
+    similarity = matrix @ matrix.T
+    pairs = similarity[np.triu_indices(len(window), 1)]
+    spread = float(pairs.std())
+    if spread <= 0.0:
+        return {}
+    cut = float(pairs.mean()) + z * spread
+    np.fill_diagonal(similarity, -np.inf)
+    ids = [c.node.node_id for c in window]
+    versions = {}
+    for position, row in enumerate(similarity):
+        best = int(np.argmax(row))
+        if row[best] >= cut:
+            versions[ids[position]] = ids[best]
+    return versions
+
+
+def _rows_with_window(
+    ranking: RecencyRanking, window: Iterable[NodeWithScore], policy: RecencyPolicy,
+    reference: datetime,
+) -> list[RankedMemory]:
+    """The ranking's rows plus window candidates that could pass, by final score (ties by
+    relevance order, as :meth:`RecencyPolicy.rank` breaks them)."""
+    have = {row.node_id for row in ranking.rows}
+    floor = candidate_floor(policy)
+    extra = [c for c in window if c.node.node_id not in have and (c.score or 0.0) >= floor]
+    if not extra:
+        return list(ranking.rows)
+    merged = list(ranking.rows) + list(policy.rank(extra, reference).rows)
+    return sorted(merged, key=lambda row: -row.final)
+
+
+def _reordered(
+    rows: Sequence[RankedMemory], nearest: dict[str, str], margin: float
+) -> list[RankedMemory]:
+    """Move each newer version right before the older row whose nearest candidate it is,
+    when its final score is within ``margin``; the notes say who moved below whom."""
+    order = list(rows)
+    position = 0
+    moves = 0
+    while position < len(order) and moves <= len(order) ** 2:
+        older = order[position]
+        newer_id = nearest.get(older.node_id)
+        later = next((i for i in range(position + 1, len(order))
+                      if order[i].node_id == newer_id), None)
+        if later is not None and _is_newer(order[later], older) \
+                and order[later].final >= older.final - margin:
+            newer = order.pop(later)
+            order[position:position] = [_noted(newer, f"newer version of {older.node_id}")]
+            order[position + 1] = _noted(older, f"older version, below {newer.node_id}")
+            moves += 1
+            continue  # the newer one may have a newer version of its own further down
+        position += 1
+    return order
+
+
+def _is_newer(candidate: RankedMemory, other: RankedMemory) -> bool:
+    return (candidate.age_days is not None and other.age_days is not None
+            and candidate.age_days < other.age_days)
+
+
+def _noted(row: RankedMemory, note: str) -> RankedMemory:
+    verdict, _, _ = row.reason.partition("; ")
+    return replace(row, reason=f"{verdict}; {note}")

