@@ -12,6 +12,7 @@ from llama_index.core.bridge.pydantic import BaseModel, Field
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.events.base import BaseEvent
 
+from llama_index_recency.intent import Intent
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 
 dispatcher = get_dispatcher(__name__)
@@ -26,15 +27,18 @@ class MemoryRankingRow(BaseModel):
     final: float = Field(description="raw + bonus: what the threshold and top_n apply to.")
     verdict: str = Field(
         description="kept, below <threshold>, over top <n>, successor of <id>, "
-        "recent (vague reference), dropped: no date, ..."
+        "recent (vague reference), dropped: no date, ...; a note may follow after '; ' "
+        "(newer version of <id>, older version, below <id>, superseded by <id>)"
     )
 
 
 class MemoryRankingEvent(BaseEvent):
-    """A memory ranking: the policy it used, one row per candidate shown, the vague-path flag."""
+    """A memory ranking: the policy it used (for the question's intent), one row per candidate
+    shown, the question's intent and the vague-path flag."""
 
     policy: RecencyPolicy
     rows: list[MemoryRankingRow]
+    intent: Intent = "neutral"
     vague: bool = False
 
     @classmethod
@@ -48,5 +52,6 @@ def dispatch_ranking(policy: RecencyPolicy, ranking: RecencyRanking) -> None:
         policy=policy,
         rows=[MemoryRankingRow(node_id=row.node_id, raw=row.raw, bonus=row.bonus,
                                final=row.final, verdict=row.reason) for row in ranking.rows],
+        intent=ranking.intent,
         vague=ranking.vague,
     ))

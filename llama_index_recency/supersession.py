@@ -25,6 +25,7 @@ import numpy as np
 from llama_index.core.schema import NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters
 
+from llama_index_recency.memory import SUPERSEDES_KEY
 from llama_index_recency.scoring import RankedMemory, RecencyPolicy, RecencyRanking
 from llama_index_recency.search import MemorySearch, SearchPlan, candidate_floor
 
@@ -70,7 +71,7 @@ def newer_versions_first(
         return ranking
     window = sorted(nodes.values(), key=lambda c: (-(c.score or 0.0), c.node.node_id))
     window = window[: max(policy.supersede_window, len(ranking.rows))]
-    nearest = _versions(window, policy.supersede_z)
+    nearest = _with_links(_versions(window, policy.supersede_z), window)
     if not nearest:
         return ranking
     rows = _rows_with_window(ranking, window, policy, reference)
@@ -105,6 +106,16 @@ def _versions(window: Sequence[NodeWithScore], z: float) -> dict[str, str]:
         if row[best] >= cut:
             versions[ids[position]] = ids[best]
     return versions
+
+
+def _with_links(nearest: dict[str, str], window: Sequence[NodeWithScore]) -> dict[str, str]:
+    """Written links win: a memory that a candidate ``supersedes`` takes that candidate as
+    its version, whatever the vectors say."""
+    linked: dict[str, str] = {}
+    for candidate in window:
+        for older in candidate.node.metadata.get(SUPERSEDES_KEY) or []:
+            linked.setdefault(str(older), candidate.node.node_id)
+    return {**nearest, **linked}
 
 
 def _rows_with_window(

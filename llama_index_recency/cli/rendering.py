@@ -60,18 +60,30 @@ def ranking_table(title: Text, ranking: RecencyRanking) -> Table:
     for column in (relevance, "Bonus", "Final"):
         table.add_column(column, justify="right")
     table.add_column("Verdict")
+    names = {row.node_id: f"“{_shorten(row.text, 40)}”" for row in ranking.rows}
     for row in ranking.rows:
         style = "bold green" if row.kept else "dim"
+        reason = row.reason
+        for node_id, name in names.items():
+            reason = reason.replace(node_id, name)
         table.add_row(literal(row.text), f"{row.raw:.3f}", f"+{row.bonus:.3f}",
-                      f"{row.final:.3f}", literal(row.reason), style=style)
+                      f"{row.final:.3f}", literal(reason), style=style)
     if ranking.nodes:
         table.caption = literal("→ into the prompt: "
                                 + ", ".join(_memory_label(n) for n in ranking.nodes))
     else:
         table.caption = Text("→ no memory enters the prompt")
+    if ranking.intent != "neutral":
+        table.caption.append(f"\n{INTENT_CAPTIONS[ranking.intent]}", style="italic")
     if ranking.vague:
         table.caption.append(f"\n{VAGUE_CAPTION}", style="italic")
     return table
+
+
+INTENT_CAPTIONS = {
+    "present": "question about the present: the present bonus, newer versions first",
+    "past": "question about the past: no newer-version reordering, the past bonus",
+}
 
 
 VAGUE_CAPTION = "vague reference: recent memories listed to ask back"
