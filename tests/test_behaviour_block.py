@@ -21,7 +21,6 @@ from test_memory_block import (
     coffee_index,
     eventually,
     extraction_llm,
-    extraction_server,  # noqa: F401 - a fixture
     sent_turns,
     tea_index,
 )
@@ -127,13 +126,13 @@ async def test_a_full_queue_makes_a_flush_wait_but_never_a_turn(openai_server) -
     try:
         await block.aput(said(1))
         await eventually(lambda: len(openai_server.requests) == 1)  # the writer is stuck
-        await asyncio.wait_for(block.aput(said(2)), 2)
-        await asyncio.wait_for(block.aput(said(3)), 2)  # the queue is full now
+        await asyncio.wait_for(block.aput(said(2)), 5)
+        await asyncio.wait_for(block.aput(said(3)), 5)  # the queue is full now
         waiting = asyncio.create_task(block.aput(said(4)))
         await asyncio.sleep(0.3)
         assert not waiting.done()
         turn = [*said(5), ChatMessage(role="user", content="And you?")]
-        await asyncio.wait_for(block.aget(turn, session_id="t"), 2)  # a turn never waits
+        await asyncio.wait_for(block.aget(turn, session_id="t"), 5)  # a turn never waits
         assert not waiting.done()
     finally:
         openai_server.release.set()
