@@ -1,0 +1,138 @@
+"""What a user relies on from the exact search: the threshold is inclusive, and a question
+costs a few searches (the plan's loops end), on the plan itself and on a real Edge store."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from llama_index.core.schema import NodeWithScore, TextNode
+
+from llama_index_recency import (
+    QdrantRecencyRetriever,
+    RecencyPolicy,
+    memory_node,
+    open_memory_index,
+)
+from llama_index_recency.scoring import parse_memory_date
+from llama_index_recency.search import MemorySearch, SearchPlan, exact_recency_search
+
+from conftest import QUERY, KnownCosineEmbedding, cosines_for
+
+REFERENCE = datetime(2026, 9, 10, tzinfo=timezone.utc)
+
+
+def memory(i: int, raw: float, age_days: float) -> NodeWithScore:
+    day = (REFERENCE - timedelta(days=age_days)).isoformat()
+    return NodeWithScore(node=TextNode(id_=f"m{i:04d}", text=f"memory {i}",
+                                       metadata={"date": day}), score=raw)
+
+
+def answer(memories: Sequence[NodeWithScore], search: MemorySearch) -> list[NodeWithScore]:
+    """What every engine answers a plain search: the top ``limit`` by raw cosine among the
+    memories dated ``since`` (if set)."""
+    assert search.filters is None and not search.undated_only
+    matching = [m for m in memories if search.since is None
+                or parse_memory_date(m.node.metadata["date"]) >= search.since]
+    return sorted(matching, key=lambda m: -(m.score or 0.0))[: search.limit]
+
+
+def drive(plan: SearchPlan, memories: Sequence[NodeWithScore], at_most: int
+          ) -> tuple[list[NodeWithScore], list[MemorySearch]]:
+    """Run ``plan`` over ``memories``; fails as soon as it asks more than ``at_most`` searches
+    (so a plan that never ends fails instead of hanging)."""
+    searches: list[MemorySearch] = []
+    try:
+        search = next(plan)
+        while True:
+            searches.append(search)
+            assert len(searches) <= at_most, f"more than {at_most} searches: {searches}"
+            search = plan.send(answer(memories, search))
+    except StopIteration as done:
+        return list(done.value.nodes), searches
+
+
+def a_year_of_memories(count: int, seed: int = 7) -> list[NodeWithScore]:
+    rng = random.Random(seed)
+    return [memory(i, rng.uniform(0.2, 0.9), rng.uniform(0, 365)) for i in range(count)]
+
+
+# --- the threshold is inclusive ---------------------------------------------------------------
+
+def test_a_memory_whose_final_score_is_exactly_the_threshold_is_kept() -> None:
+    """The specification: kept when cosine + bonus >= threshold. 0.25 + 0.25 (dated on the
+    reference day: the whole weight) is 0.5 exactly, in floating point too."""
+    policy = RecencyPolicy(weight=0.25, tau_days=14, threshold=0.5, top_n=3)
+    exact = memory(1, 0.25, 0.0)
+    crowd = [memory(100 + i, 0.3 - i * 1e-4, 400.0) for i in range(40)]  # old, all under 0.5
+    below = memory(2, 0.25 - 1e-9, 0.0)
+    nodes, _ = drive(exact_recency_search(policy, REFERENCE), [exact, below, *crowd], 10)
+    assert [(n.node.node_id, n.score) for n in nodes] == [("m0001", 0.5)]
+
+
+def test_memories_at_exactly_the_threshold_fill_the_top_n_in_raw_order() -> None:
+    """Several memories at exactly the threshold: the top n of them are kept, none dropped
+    for sitting on the line."""
+    policy = RecencyPolicy(weight=0.25, tau_days=14, threshold=0.5, top_n=2)
+    on_the_line = [memory(i, 0.25, 0.0) for i in range(1, 4)]
+    nodes, _ = drive(exact_recency_search(policy, REFERENCE), on_the_line, 10)
+    assert [(n.node.node_id, n.score) for n in nodes] == [("m0001", 0.5), ("m0002", 0.5)]
+
+
+# --- a question costs a few searches ----------------------------------------------------------
+
+@pytest.mark.parametrize("top_n, count", [(1, 2), (3, 3), (8, 3)])
+def test_a_year_of_memories_is_ranked_in_a_few_searches_of_16(top_n: int, count: int) -> None:
+    """2000 memories over a year: one search of every memory, then the youngest tier(s)
+    prove the answer; a plan doing several times that work fails here."""
+    policy = RecencyPolicy(weight=0.05, tau_days=14, threshold=0.45, top_n=top_n)
+    memories = a_year_of_memories(2000)
+    nodes, searches = drive(exact_recency_search(policy, REFERENCE), memories, count)
+    assert [s.limit for s in searches] == [16] * count
+    assert searches[0].since is None and all(s.since is not None for s in searches[1:])
+    everything = policy.rank(sorted(memories, key=lambda m: -(m.score or 0.0)), REFERENCE)
+    assert [n.node.node_id for n in nodes] == [n.node.node_id for n in everything.nodes]
+
+
+def test_a_crowd_of_near_ties_widens_a_bounded_number_of_times() -> None:
+    """500 recent near-ties need wider searches, but a bounded number of them: each round
+    asks 4x as many, so a few rounds cover the whole crowd."""
+    crowd = [memory(i, 0.5 - i * 1e-6, (i % 50) / 10) for i in range(500)]
+    policy = RecencyPolicy(weight=0.05, tau_days=14, threshold=0.45, top_n=3)
+    nodes, searches = drive(exact_recency_search(policy, REFERENCE), crowd, 12)
+    assert max(s.limit for s in searches) <= 16 * 4 ** 3  # 1024 >= 500: never wider than needed
+    everything = policy.rank(sorted(crowd, key=lambda m: (-(m.score or 0.0), m.node.node_id)),
+                             REFERENCE)
+    assert [n.node.node_id for n in nodes] == [n.node.node_id for n in everything.nodes]
+
+
+def test_the_retriever_asks_a_real_edge_store_five_searches_for_a_question(monkeypatch) -> None:
+    """A daily-habit log on Edge: 150 near-identical old memories outscore three fresh ones by
+    raw cosine. The exact search's search of every memory and three tier searches (the young
+    brackets, down to the one reaching the old crowd) prove the fresh ones win, then one
+    search looks for the kept memories' successors; nothing more."""
+    old = [memory_node(f"Taro had his usual coffee, day {i}.",
+                       (REFERENCE - timedelta(days=60 + i)).date(), user_id="taro")
+           for i in range(150)]
+    fresh = [memory_node(f"Taro switched to green tea, note {i}.",
+                         (REFERENCE - timedelta(days=1 + i)).date(), user_id="taro")
+             for i in range(3)]
+    raws = [0.600 + i * 1e-4 for i in range(150)] + [0.580, 0.579, 0.578]
+    index = open_memory_index(KnownCosineEmbedding(cosines_for([*old, *fresh], raws)))
+    index.insert_nodes([*old, *fresh])
+    searches: list[int] = []
+    store_class = type(index.vector_store)
+    original = store_class.query
+
+    def counted(store, *args, **kwargs):
+        searches.append(1)
+        assert len(searches) <= 5, "more than 5 searches for one question"
+        return original(store, *args, **kwargs)
+
+    monkeypatch.setattr(store_class, "query", counted)
+    policy = RecencyPolicy(reference_date=REFERENCE.date().isoformat(), top_n=3)
+    found = QdrantRecencyRetriever.from_index(index, policy, user_id="taro").retrieve(QUERY)
+    assert [n.node.node_id for n in found] == [n.node_id for n in fresh]
+    assert len(searches) == 5
