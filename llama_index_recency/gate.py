@@ -25,6 +25,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_recency.calibration import NOISE_MARGIN as COSINE_NOISE_MARGIN
 from llama_index_recency.cohort import cached_embeddings
+from llama_index_recency.intent import question_intent
 from llama_index_recency.retriever import QdrantRecencyRetriever
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.store import index_policy
@@ -140,8 +141,8 @@ def calibrate_gate(
     per language).
 
     Each question is ranked with ``policy`` (default: the store's, :func:`index_policy`)
-    by the exact retriever, inside the scope, and its best final score recorded; no
-    labelled question is needed. ``fit.policy(policy)`` is the policy to save.
+    by the exact retriever, inside the scope, and its best final score recorded (less the
+    threshold's rise for a question about the present); no labelled question is needed. ``fit.policy(policy)`` is the policy to save.
     """
     policy = policy or index_policy(index)
     retriever = QdrantRecencyRetriever.from_index(
@@ -157,7 +158,10 @@ def calibrate_gate(
             if not nodes:
                 raise ValueError("the store (or this user's part of it) is empty: there is no "
                                  "gate to fit")
-            best.setdefault(lang, []).append(float(nodes[0].score or 0.0))
+            # A question about the present meets a threshold raised by its larger bonus:
+            # its score is recorded against the policy's own threshold.
+            raised = policy.for_intent(question_intent(text)).threshold - policy.threshold
+            best.setdefault(lang, []).append(float(nodes[0].score or 0.0) - raised)
     return fit_gate(best, max_bring_up, noise_margin(policy))
 
 
@@ -169,10 +173,11 @@ def check_gate(
     user_id: Optional[str] = None,
 ) -> Optional[str]:
     """A one-line warning when the store's threshold lets more than ``max_bring_up`` of the
-    off-topic bank in (its headroom fell under zero as memories accumulated), else None."""
+    off-topic bank in (its headroom is no longer above zero as memories accumulated: at zero
+    the question scoring exactly the threshold is let in), else None."""
     policy = policy or index_policy(index)
     fit = calibrate_gate(index, policy, max_bring_up=max_bring_up, user_id=user_id)
-    if fit.headroom(policy.threshold) >= 0:
+    if fit.headroom(policy.threshold) > 0:
         return None
     return (
         f"the relevance gate no longer holds: threshold {policy.threshold:.3g} lets "

@@ -101,9 +101,6 @@ def test_check_gate_warns_in_one_line_when_the_threshold_lets_too_many_in(one_me
     assert check_gate(index, policy.model_copy(update={"threshold": best + 0.01})) is None
 
 
-@pytest.mark.xfail(strict=True, reason="bug: check_gate treats zero headroom as holding "
-                   "(headroom >= 0), but a threshold equal to the best off-topic score lets "
-                   "that question's memory in (kept when final >= threshold)")
 def test_check_gate_warns_at_zero_headroom(one_memory_store) -> None:
     """The threshold equals every question's best score: each brings its memory (100%)."""
     index, policy, best = one_memory_store

@@ -82,7 +82,8 @@ def test_the_gate_of_one_user_is_fitted_on_that_users_memories(e5) -> None:
     only_a = calibrate_gate(index, user_id="a")
     both = calibrate_gate(index)
     # "today" is now, a moment apart between the two runs: equal up to the bonus's drift
-    assert all(a <= b + 1e-9 for a, b in zip(only_a.best["en"], both.best["en"], strict=True))
+    # (the present bonus, 0.054 over 365 days, moves ~1e-9 a second)
+    assert all(a <= b + 1e-6 for a, b in zip(only_a.best["en"], both.best["en"], strict=True))
 
 
 def test_a_store_that_grew_past_its_gate_says_so_after_writes(bundled) -> None:
