@@ -5,8 +5,8 @@ Each line is an object with these fields, in this order::
     {"id": "ad39ed2e-…", "text": "The user likes tea.", "date": "2026-09-01",
      "user_id": "taro", "supersedes": ["5f1d6e3c-…"], "metadata": {"key": "tea"}}
 
-- ``id``: the memory's id, kept on import (optional there: omitted, it is
-  :func:`~llama_index_recency.memory.memory_node`'s id for the line).
+- ``id``: the memory's id, kept on import in canonical form (optional there: omitted, it
+  is :func:`~llama_index_recency.memory.memory_node`'s id for the line).
 - ``text``: the fact sentence, without the ``"YYYY-MM-DD: "`` prefix the stored text
   starts with (the prefix is rebuilt from ``date``).
 - ``date``: the memory's date exactly as stored: ``YYYY-MM-DD`` for a day, the full ISO
@@ -44,11 +44,13 @@ from typing import Any, Optional
 from llama_index.core import VectorStoreIndex
 from llama_index.core.schema import BaseNode, TextNode
 
-from llama_index_recency.links import check_link, linked_ids
+from llama_index_recency.links import LINK_KEYS, check_link, linked_ids
 from llama_index_recency.memory import (
     SUPERSEDED_BY_KEY,
     SUPERSEDES_KEY,
     USER_ID_KEY,
+    canonical_id,
+    control_character,
     is_memory_id,
     memory_node,
 )
@@ -239,8 +241,10 @@ class MemoryFile:
 
     def checked_for(self, index: MemoryStore) -> list[TextNode]:
         """The nodes (not copies), once checked against the store they go into: vectors of
-        its recorded embedding model only, and links to memories of the same user. A
-        problem raises :class:`MemoryFileError` naming the line."""
+        its recorded embedding model only, links to memories of the same user without a
+        cycle, and a memory it holds only as it holds it (another text, date, user or
+        metadata under a stored id would change it; links are united). A problem raises
+        :class:`MemoryFileError` naming the line."""
         identity = embedding_identity(index)
         for line, model in zip(self.lines, self.models, strict=True):
             if model is None or model == identity:
@@ -256,7 +260,39 @@ class MemoryFile:
         problem = link_problem(index, self.nodes, must_exist=False)
         if problem is not None:
             raise MemoryFileError(self.path, self.lines[problem[0]], problem[1])
+        stored = {canonical_id(node.node_id): node
+                  for node in get_memories(index, [node.node_id for node in self.nodes])}
+        for line, node in zip(self.lines, self.nodes, strict=True):
+            change = _change(stored[node.node_id], node) if node.node_id in stored else None
+            if change is not None:
+                raise MemoryFileError(self.path, line, f"memory {node.node_id} {change}; an "
+                                      "import never changes a stored memory: forget it first "
+                                      "to store this line instead")
         return list(self.nodes)
+
+
+def _change(old: BaseNode, new: BaseNode) -> Optional[str]:
+    """How a line's memory differs from the stored one with its id, links aside (they are
+    united, see :func:`~llama_index_recency.updates.insert_memories`), or None."""
+    prefix = new.get_content()[:len("YYYY-MM-DD: ")]
+    before, after = _fields(old, prefix), _fields(new, prefix)
+    first = (DATE_KEY, "text", USER_ID_KEY)
+    for key in (*first, *sorted((before.keys() | after.keys()) - set(first))):
+        if before.get(key) != after.get(key):
+            return (f"is stored with {_field(key, before)}, this line has "
+                    f"{_field(key, after)}")
+    return None
+
+
+def _fields(node: BaseNode, prefix: str) -> dict[str, Any]:
+    """A memory's text (without the date prefix) and metadata other than links."""
+    fields = {key: value for key, value in node.metadata.items() if key not in LINK_KEYS}
+    fields["text"] = node.get_content().removeprefix(prefix)
+    return fields
+
+
+def _field(key: str, fields: dict[str, Any]) -> str:
+    return f"no {key}" if fields.get(key) is None else f"{key} {_shown(fields[key])}"
 
 
 def _describe(identity: dict[str, Any]) -> str:
@@ -320,6 +356,10 @@ def _node(path: Path, number: int, raw: str) -> tuple[TextNode, Optional[dict[st
             raise bad(f'"{name}" must be a string, got {_given(item, name)}')
     if "id" in item and not is_memory_id(item["id"]):
         raise bad(f'"id" must be a memory id (a UUID string), got {_given(item, "id")}')
+    character = control_character(item["text"])
+    if character is not None:  # memory_node would make it one line; the line's text is kept
+        raise bad(f"the text contains the control character {character!r}; a fact is one "
+                  "line of printable text")
     user = item.get("user_id")
     if user is not None and not isinstance(user, str):
         raise bad(f'"user_id" must be a string or null, got {_given(item, "user_id")}')
@@ -341,7 +381,7 @@ def _node(path: Path, number: int, raw: str) -> tuple[TextNode, Optional[dict[st
         raise bad(str(error)) from None
     day = item["date"] if item["date"] == item["date"].strip() else built.metadata[DATE_KEY]
     text = f"{built.text[:10]}: {item['text']}"
-    node_id = item.get("id", built.node_id)
+    node_id = canonical_id(item["id"]) if "id" in item else built.node_id
     if node_id == built.node_id and text == built.text and day == built.metadata[DATE_KEY]:
         node = built  # the usual case: the line is exactly what memory_node makes
         node.embedding = vector
@@ -382,9 +422,12 @@ def _kind(value: Any) -> str:
 
 
 def _given(item: dict[str, Any], name: str) -> str:
-    if name not in item:
-        return "nothing"
-    shown = json.dumps(item[name], ensure_ascii=False)
+    return _shown(item[name]) if name in item else "nothing"
+
+
+def _shown(value: Any) -> str:
+    """A value as JSON for an error message, cut to 60 characters."""
+    shown = json.dumps(value, ensure_ascii=False, default=str)
     return shown if len(shown) <= 60 else shown[:59] + "…"
 
 
@@ -395,13 +438,17 @@ def link_problem(
 
     Wrong: naming a memory of another user (in ``nodes`` or, given ``index``, in the store),
     or, with ``must_exist``, naming an id that is neither (a link to a deleted memory is
-    harmless and kept, but one typed by hand is likely a typo).
+    harmless and kept, but one typed by hand is likely a typo), or making a cycle: the
+    memory supersedes itself, directly or through others (of ``nodes`` and the store's).
     """
     known: dict[str, BaseNode] = {node.node_id: node for node in nodes}
-    wanted = sorted({link for node in nodes for link in linked_ids(node, SUPERSEDES_KEY)}
-                    - known.keys())
-    if wanted and index is not None:
-        known.update((node.node_id, node) for node in get_memories(index, wanted))
+    wanted = _named(nodes) - known.keys()
+    asked: set[str] = set()
+    while wanted and index is not None:  # the memories named, and those they name (cycles)
+        asked |= wanted
+        found = get_memories(index, sorted(wanted))
+        known.update((node.node_id, node) for node in found)
+        wanted = _named(found) - known.keys() - asked
     for position, node in enumerate(nodes):
         for link in linked_ids(node, SUPERSEDES_KEY):
             if link not in known:
@@ -413,7 +460,48 @@ def link_problem(
                 check_link(node, known[link])
             except ValueError as error:
                 return position, str(error)
+    return _cycle(nodes, {node_id: linked_ids(node, SUPERSEDES_KEY)
+                          for node_id, node in known.items()})
+
+
+def _named(nodes: Iterable[BaseNode]) -> set[str]:
+    return {link for node in nodes for link in linked_ids(node, SUPERSEDES_KEY)}
+
+
+def _cycle(nodes: Sequence[BaseNode], links: dict[str, list[str]]
+           ) -> Optional[tuple[int, str]]:
+    """The first of ``nodes`` on a cycle of ``links`` (id -> the ids it supersedes), as
+    (its position, the cycle from it), or None. A cycle of other memories only (the
+    store's, written before links were checked) is not the nodes' doing and is passed."""
+    positions = {node.node_id: position for position, node in enumerate(nodes)}
+    done: set[str] = set()
+    for node in nodes:
+        if node.node_id in done:
+            continue
+        path = {node.node_id: 0}  # the ids followed from node, each with its place on the path
+        branches = [iter(links.get(node.node_id, []))]
+        while branches:
+            following = next(branches[-1], None)
+            if following is None:
+                done.add(path.popitem()[0])
+                branches.pop()
+            elif following in path:
+                cycle = list(path)[path[following]:]
+                ours = [i for i in cycle if i in positions]
+                if ours:
+                    start = cycle.index(min(ours, key=positions.__getitem__))
+                    return positions[cycle[start]], _cycle_problem(cycle[start:] + cycle[:start])
+            elif following not in done:
+                path[following] = len(path)
+                branches.append(iter(links.get(following, [])))
     return None
+
+
+def _cycle_problem(cycle: list[str]) -> str:
+    if len(cycle) == 1:
+        return f"memory {cycle[0]} cannot supersede itself"
+    return (f"supersedes makes a cycle: {' → '.join([*cycle, cycle[0]])}; a memory can only "
+            "update earlier ones")
 
 
 def import_memories(
@@ -427,8 +515,9 @@ def import_memories(
 
     Every line is checked before anything is stored (:func:`read_memory_file`, then against
     the store: vectors only of its recorded embedding model and dimension, links only to
-    the same user's memories); the first problem raises :class:`MemoryFileError` naming the
-    line, and nothing of the file is stored. Ids, texts, dates, users, links and metadata
+    the same user's memories and without a cycle, and a stored memory only as it is stored,
+    links aside); the first problem raises :class:`MemoryFileError` naming the line, and
+    nothing of the file is stored. Ids (canonical), texts, dates, users, links and metadata
     are kept exactly. Lines with an ``embedding`` are stored with it, the others embedded
     with the index's model; everything goes through
     :func:`~llama_index_recency.updates.insert_memories` (idempotent, links united with

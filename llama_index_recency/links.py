@@ -139,15 +139,15 @@ def memory_history(index: MemoryStore, node_id: str, *, user_id: Optional[str] =
     An id that is not a memory (of ``user_id``, when given) raises
     :class:`~llama_index_recency.store.MemoryNotFoundError` naming it.
     """
-    start = get_memory(index, node_id, user_id=user_id)
+    start = get_memory(index, node_id, user_id=user_id)  # found under any spelling of the id
     owner = start.metadata.get(USER_ID_KEY)
     scope = None if owner is None else memory_scope(user_id=owner)
     date_key = index_policy(index).date_key
-    versions = {node_id: start}
+    versions = {start.node_id: start}
     for direction in (OLDER, NEWER):
         reached = _look_up(index, walk_links([NodeWithScore(node=start)], direction, scope),
                            date_key)
-        versions.update((n.node.node_id, n.node) for n in reached[node_id])
+        versions.update((n.node.node_id, n.node) for n in reached[start.node_id])
     return sorted(versions.values(), key=lambda node: _oldest_first(node, date_key))
 
 

@@ -151,11 +151,14 @@ def memory_node(
 ) -> TextNode:
     """Build the node for one memory: text ``"YYYY-MM-DD: <fact>"``, ISO date in metadata.
 
-    ``user_name`` replaces the generic subject (:func:`with_subject`); a fact longer than
-    :data:`MAX_FACT_CHARS` is refused. ``user_id`` scopes the memory to one user (stored
-    under :data:`USER_ID_KEY` and part of the id); ``supersedes`` names the ids (UUID
-    strings) of earlier memories this one updates: any insert path links them, since
-    successors are found by searching ``supersedes`` (see :mod:`llama_index_recency.links`).
+    Spacing is normalised to single spaces; a fact that is still not one line of printable
+    text (a control character such as ESC or NUL) or longer than :data:`MAX_FACT_CHARS` is
+    refused. ``user_name`` replaces the generic subject (:func:`with_subject`). ``user_id``
+    scopes the memory to one user (stored under :data:`USER_ID_KEY` and part of the id; one
+    line of printable text); ``supersedes`` names the ids (UUID strings, stored as
+    :func:`canonical_id` spells them) of earlier memories this one updates: any insert path
+    links them, since successors are found by searching ``supersedes`` (see
+    :mod:`llama_index_recency.links`).
 
     A memory dated more than one day after today (``reference_date``, default the
     machine's date; a datetime counts by its calendar day) is refused with
@@ -169,6 +172,10 @@ def memory_node(
     fact = " ".join(fact.split())
     if not fact:
         raise ValueError("a memory needs a non-empty fact sentence")
+    bad_character = control_character(fact)
+    if bad_character is not None:
+        raise ValueError(f"the fact contains the control character {bad_character!r}; a fact "
+                         "is one line of printable text")
     if user_name is not None:
         fact = with_subject(fact, user_name)
     if len(fact) > MAX_FACT_CHARS:
@@ -188,13 +195,20 @@ def memory_node(
     if user_id is not None:
         if not isinstance(user_id, str) or not user_id.strip():
             raise ValueError(f"user_id must be a non-blank string, got {user_id!r}")
+        bad_character = control_character(user_id)
+        if bad_character is not None:
+            raise ValueError(f"user_id {user_id!r} contains the control character "
+                             f"{bad_character!r}; a user id is one line of printable text")
         extra[USER_ID_KEY] = user_id
     if supersedes:
-        extra[SUPERSEDES_KEY] = sorted({str(i) for i in supersedes})
+        extra[SUPERSEDES_KEY] = supersedes
     # Checked now: a bad link would be stored and only fail when followed or forgotten.
-    bad = [link for link in extra.get(SUPERSEDES_KEY) or [] if not is_memory_id(link)]
+    links = [str(link) for link in extra.get(SUPERSEDES_KEY) or []]
+    bad = [link for link in links if not is_memory_id(link)]
     if bad:
         raise ValueError(f"supersedes names {bad[0]!r}, which is not a memory id (a UUID string)")
+    if links:
+        extra[SUPERSEDES_KEY] = sorted(set(map(canonical_id, links)))
     node_metadata = {date_key: iso_date, **extra}
     node_id = memory_id(fact, iso_date, extra.get(USER_ID_KEY))
     if node_id in (extra.get(SUPERSEDES_KEY) or []):
@@ -217,6 +231,16 @@ def is_memory_id(value: object) -> bool:
     except ValueError:
         return False
     return True
+
+
+def canonical_id(memory_id: str) -> str:
+    """A memory id as stored and looked up: ``str(uuid.UUID(memory_id))``, lower case with
+    hyphens, whatever the spelling given (upper case, braces, no hyphens, ``urn:uuid:``).
+
+    The store finds a point under any spelling but keeps the node's id as written, so an
+    id written otherwise than canonically would never equal the one found by another.
+    """
+    return str(uuid.UUID(memory_id))
 
 
 def calendar_day(value: date | datetime | str) -> date:

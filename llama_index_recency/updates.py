@@ -34,7 +34,14 @@ from llama_index_recency.links import (
     memory_time,
     relinked,
 )
-from llama_index_recency.memory import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY, memory_node
+from llama_index_recency.memory import (
+    SUPERSEDED_BY_KEY,
+    SUPERSEDES_KEY,
+    USER_ID_KEY,
+    canonical_id,
+    is_memory_id,
+    memory_node,
+)
 from llama_index_recency.store import (
     MemoryStore,
     MemoryStoreFullError,
@@ -90,6 +97,10 @@ def insert_memories(
 ) -> StoredMemories:
     """Store ``nodes`` (memory_node's, or any with UUID ids): the one write every path uses.
 
+    Ids and ``supersedes`` links are stored as
+    :func:`~llama_index_recency.memory.canonical_id` spells them (``nodes`` are updated in
+    place), so a memory is one memory whatever the spelling it was given in.
+
     A memory already stored keeps what it had (its metadata, merged under the new; its
     links, united; ``nodes`` are updated in place to what is stored) and is skipped when
     nothing changes, so rerunning a write is free. A
@@ -99,8 +110,11 @@ def insert_memories(
     batch raises :class:`PartialWriteError` with the exact number stored.
     """
     with _WRITES:
+        for node in nodes:
+            _spell_canonically(node)
         unique = list({node.node_id: node for node in nodes}.values())
-        stored = {node.node_id: node for node in get_memories(index, _ids_and_links(unique))}
+        stored = {canonical_id(node.node_id): node
+                  for node in get_memories(index, _ids_and_links(unique))}
         _check_links(unique, stored)
         _check_texts(unique, stored)
         pending: list[BaseNode] = []
@@ -132,6 +146,18 @@ async def ainsert_memories(
 ) -> StoredMemories:
     """Async :func:`insert_memories`, run in a thread (embedding and Edge calls block)."""
     return await asyncio.to_thread(insert_memories, index, nodes, on_progress=on_progress)
+
+
+def _spell_canonically(node: BaseNode) -> None:
+    """The node's id and links as :func:`~llama_index_recency.memory.canonical_id` spells
+    them: the store finds a point under any spelling but keeps the id as written, so an
+    upper-case id would be a memory no lower-case lookup or link ever matches."""
+    if is_memory_id(node.node_id):
+        node.id_ = canonical_id(node.node_id)
+    links = node.metadata.get(SUPERSEDES_KEY)
+    if isinstance(links, list):
+        node.metadata[SUPERSEDES_KEY] = [canonical_id(link) if is_memory_id(link) else link
+                                         for link in links]
 
 
 def _ids_and_links(nodes: Sequence[BaseNode]) -> list[str]:

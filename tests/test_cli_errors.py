@@ -55,13 +55,19 @@ MARKUP_FACTS = (
 
 def test_markup_in_memories_and_replies_is_shown_verbatim(openai_server, monkeypatch,
                                                           tmp_path: Path, capsys) -> None:
-    store, embed = str(tmp_path / "store"), embedding_for(*MARKUP_FACTS)
+    # memory_node refuses an escape sequence; a store written with nodes made by hand (or
+    # before memory_node checked) may still hold one.
+    pasted = memory_node("The user pasted a link once.", MARKUP_FACTS[2][1],
+                         metadata={"key": "[red]k[/]"})
+    pasted.text = f"{MARKUP_FACTS[2][1]}: {MARKUP_FACTS[2][0]}"
+    store = str(tmp_path / "store")
+    embed = KnownCosineEmbedding({**{memory_node(*fact).get_content(): 0.5
+                                     for fact in MARKUP_FACTS[:2]}, pasted.text: 0.5})
     for fact, day in MARKUP_FACTS[:2]:
         assert main(["add", fact, "--date", day, "--key", "[red]k[/]", "--store", store],
                     embed_model=embed) == 0
-    # `add` refuses an escape sequence; a store written through the API may still hold one.
     index = open_memory_index(embed, path=store)
-    index.insert_nodes([memory_node(*MARKUP_FACTS[2], metadata={"key": "[red]k[/]"})])
+    index.insert_nodes([pasted])
     close_memory_index(index)
     assert main(["list", "--store", store]) == 0
     listed = capsys.readouterr().out

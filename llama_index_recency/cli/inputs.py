@@ -62,8 +62,25 @@ def file_memories(path: Path, user_name: str | None, user_id: str | None,
                            f"{json.dumps(user_name)}")
     labels = [f"memory file {path}, memory {number}"
               for number in range(1, len(data["memories"]) + 1)]
-    return ([_file_memory(item, where, user_name, user_id, allow_future)
-             for item, where in zip(data["memories"], labels, strict=True)], labels)
+    nodes = [_file_memory(item, where, user_name, user_id, allow_future)
+             for item, where in zip(data["memories"], labels, strict=True)]
+    _check_repeats(nodes, labels)
+    return nodes, labels
+
+
+def _check_repeats(nodes: Sequence[TextNode], labels: Sequence[str]) -> None:
+    """Each memory once: two entries with the same fact, date and user are one memory, and
+    only one entry's key and links would be kept."""
+    first: dict[str, int] = {}
+    for number, node in enumerate(nodes, start=1):
+        earlier = first.setdefault(node.node_id, number)
+        if earlier == number:
+            continue
+        keys = [nodes[i - 1].metadata.get(DEFAULT_KEY) for i in (number, earlier)]
+        shown = [repr(key) if key is not None else "none" for key in keys]
+        differ = f" (key {shown[0]} here, {shown[1]} there)" if keys[0] != keys[1] else ""
+        raise CommandError(f"{labels[number - 1]}: the same fact, date and user as memory "
+                           f"{earlier}{differ}; keep one of them")
 
 
 def _file_memory(item: Any, where: str, user_name: str | None, user_id: str | None,
