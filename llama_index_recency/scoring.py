@@ -231,9 +231,10 @@ class RecencyPolicy(BaseModel):
         default=0.5,
         allow_inf_nan=False,
         description=(
-            "How far (in sd of the similarity between the question's top candidates) two "
-            "memories' similarity must stand above the mean for one to be a version of the "
-            "other; the newer must also be the older one's most similar candidate."
+            "How far (in sd of the similarity between the question's top candidates, once "
+            "their mean vector is taken out) two memories' similarity must stand above the "
+            "mean for one to be a version of the other; the newer must also be the older "
+            "one's most similar candidate."
         ),
     )
     supersede_window: int = Field(

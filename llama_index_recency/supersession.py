@@ -3,10 +3,10 @@
 When a fact changes ("drinks coffee black" in June, "switched to café au lait" in
 September) both versions answer the question about equally well, and cosine often prefers
 the older wording. Among the question's top candidates by relevance, a newer memory B is
-taken as a version of an older memory A when B is A's most similar candidate and their
-similarity stands ``supersede_z`` sd above the mean similarity of the candidates' pairs
-(relative to the candidates, so the same rule holds in languages whose sentences all sit
-close together). If B's final score is within ``supersede_margin`` of A's, B is placed
+taken as a version of an older memory A when B is A's most similar candidate once what
+all candidates share is taken out (their mean vector), and that similarity stands
+``supersede_z`` sd above the mean of the candidates' pairs (relative to the candidates,
+so the same rule holds in languages whose sentences all sit close together). If B's final score is within ``supersede_margin`` of A's, B is placed
 right before A; A is never dropped by this step, only moved below B (it may then fall
 past ``top_n``). Questions about the past skip the step (``RecencyPolicy.for_intent``).
 
@@ -83,11 +83,15 @@ def newer_versions_first(
 
 
 def _versions(window: Sequence[NodeWithScore], z: float) -> dict[str, str]:
-    """For each candidate, its most similar other candidate when that similarity stands ``z``
-    sd above the mean of the window's pairs; empty when the window cannot say."""
+    """For each candidate, its most similar other candidate (vectors centred on the window's
+    mean) when that similarity stands ``z`` sd above the mean of the window's pairs; empty
+    when the window cannot say."""
     if len(window) < 3:
         return {}
     matrix = np.array([c.node.embedding for c in window], dtype=np.float64)
+    # What every candidate shares (the question's topic, "The user …", a date) is taken out,
+    # so what is left compares what each memory says.
+    matrix -= matrix.mean(axis=0)
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     if not np.all(norms > 0):
         return {}
