@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import date, datetime, time, timezone
 from typing import Any, Literal, Optional
@@ -355,9 +355,11 @@ class RecencyPolicy(BaseModel):
         self,
         ordered: Sequence[tuple[NodeWithScore, RankedMemory]],
         threshold: Optional[float] = None,
+        admitted: Collection[str] = (),
     ) -> RecencyRanking:
         """Verdicts for candidates already in ranking order: the first ``top_n`` whose final
-        score reaches ``threshold`` (the policy's by default) are kept."""
+        score reaches ``threshold`` (the policy's by default), or whose id is ``admitted``
+        (a newer version of a memory that reaches it), are kept."""
         threshold = self.threshold if threshold is None else threshold
         rows: list[RankedMemory] = []
         kept: list[NodeWithScore] = []
@@ -365,7 +367,7 @@ class RecencyPolicy(BaseModel):
             if row.reason == DROPPED_NO_DATE:
                 rows.append(row)
                 continue
-            if row.final < threshold:
+            if row.final < threshold and row.node_id not in admitted:
                 reason = f"below {threshold:g}"
             elif len(kept) >= self.top_n:
                 reason = f"over top {self.top_n}"

@@ -8,7 +8,9 @@ all candidates share is taken out (their mean vector), and that similarity stand
 ``supersede_z`` sd above the mean of the candidates' pairs (relative to the candidates,
 so the same rule holds in languages whose sentences all sit close together). If B's final score is within ``supersede_margin`` of A's, B is placed
 right before A; A is never dropped by this step, only moved below B (it may then fall
-past ``top_n``). Questions about the past skip the step (``RecencyPolicy.for_intent``).
+past ``top_n``). Like a linked successor, B enters the prompt with a passing A even when
+B's own score is under the threshold. Questions about the past skip the step
+(``RecencyPolicy.for_intent``).
 
 :func:`newer_versions_first` is the I/O-free rule; :func:`with_newer_versions` is the step
 of a search plan that fetches the candidates' vectors through the engine.
@@ -74,11 +76,15 @@ def newer_versions_first(
     nearest = _with_links(_versions(window, policy.supersede_z), window)
     if not nearest:
         return ranking
-    rows = _rows_with_window(ranking, window, policy, reference)
-    order = _reordered(rows, nearest, margin)
-    if [row.node_id for row in order] == [row.node_id for row in rows]:
+    partners = {nearest[row.node_id] for row in ranking.rows if row.node_id in nearest}
+    rows = _rows_with_window(ranking, window, partners, policy, reference)
+    order, moves = _reordered(rows, nearest, margin)
+    if not moves:
         return ranking
-    selected = policy.select([(nodes[row.node_id], row) for row in order])
+    # Like a linked successor, a newer version of a memory that passes enters with it.
+    final = {row.node_id: row.final for row in rows}
+    admitted = {newer for newer, older in moves if final[older] >= policy.threshold}
+    selected = policy.select([(nodes[row.node_id], row) for row in order], admitted=admitted)
     return replace(ranking, rows=selected.rows, nodes=selected.nodes)
 
 
@@ -123,14 +129,15 @@ def _with_links(nearest: dict[str, str], window: Sequence[NodeWithScore]) -> dic
 
 
 def _rows_with_window(
-    ranking: RecencyRanking, window: Iterable[NodeWithScore], policy: RecencyPolicy,
-    reference: datetime,
+    ranking: RecencyRanking, window: Iterable[NodeWithScore], partners: set[str],
+    policy: RecencyPolicy, reference: datetime,
 ) -> list[RankedMemory]:
-    """The ranking's rows plus window candidates that could pass, by final score (ties by
-    relevance order, as :meth:`RecencyPolicy.rank` breaks them)."""
+    """The ranking's rows plus the window candidates that could pass or are a row's version
+    partner, by final score (ties by relevance order, as :meth:`RecencyPolicy.rank` breaks them)."""
     have = {row.node_id for row in ranking.rows}
     floor = candidate_floor(policy)
-    extra = [c for c in window if c.node.node_id not in have and (c.score or 0.0) >= floor]
+    extra = [c for c in window if c.node.node_id not in have
+             and ((c.score or 0.0) >= floor or c.node.node_id in partners)]
     if not extra:
         return list(ranking.rows)
     merged = list(ranking.rows) + list(policy.rank(extra, reference).rows)
@@ -139,13 +146,14 @@ def _rows_with_window(
 
 def _reordered(
     rows: Sequence[RankedMemory], nearest: dict[str, str], margin: float
-) -> list[RankedMemory]:
+) -> tuple[list[RankedMemory], list[tuple[str, str]]]:
     """Move each newer version right before the older row whose nearest candidate it is,
-    when its final score is within ``margin``; the notes say who moved below whom."""
+    when its final score is within ``margin``; the notes say who moved below whom.
+    Returns the order and the moves as (newer id, older id)."""
     order = list(rows)
     position = 0
-    moves = 0
-    while position < len(order) and moves <= len(order) ** 2:
+    moves: list[tuple[str, str]] = []
+    while position < len(order) and len(moves) <= len(order) ** 2:
         older = order[position]
         newer_id = nearest.get(older.node_id)
         later = next((i for i in range(position + 1, len(order))
@@ -155,10 +163,10 @@ def _reordered(
             newer = order.pop(later)
             order[position:position] = [_noted(newer, f"newer version of {older.node_id}")]
             order[position + 1] = _noted(older, f"older version, below {newer.node_id}")
-            moves += 1
+            moves.append((newer.node_id, older.node_id))
             continue  # the newer one may have a newer version of its own further down
         position += 1
-    return order
+    return order, moves
 
 
 def _is_newer(candidate: RankedMemory, other: RankedMemory) -> bool:

@@ -55,6 +55,21 @@ def test_a_newer_near_duplicate_moves_its_older_version_right_below_it() -> None
     assert [n.node.node_id for n in ranking.nodes] == ["new", "old", "f0"]
 
 
+def test_a_newer_version_under_the_threshold_enters_with_its_passing_older_version() -> None:
+    """Reworded, the current version can score under the gate while the old one passes: it
+    enters right before it, as a linked successor would; an unrelated memory as low does not."""
+    low = {name: (0.3, day) for name, (_, day) in FILLERS.items()}
+    nodes = candidates({"old": (0.52, "2026-05-01"), **low, "new": (0.48, "2026-11-01")},
+                       twins={"new": "old"})
+    reference = POLICY.reference()
+    ranking = newer_versions_first(POLICY.rank(nodes, reference), nodes, POLICY, reference)
+    assert [n.node.node_id for n in ranking.nodes] == ["new", "old"]
+    alone = candidates({"old": (0.52, "2026-05-01"), **low, "new": (0.48, "2026-11-01")},
+                       twins={})
+    ranking = newer_versions_first(POLICY.rank(alone, reference), alone, POLICY, reference)
+    assert "new" not in [n.node.node_id for n in ranking.nodes]
+
+
 def test_an_unrelated_newer_memory_is_not_moved() -> None:
     nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.79, "2026-11-01")},
                        twins={})
