@@ -125,6 +125,11 @@ class Outbox:
         with self._lock:
             return conversation_id in self._entries
 
+    def waiting(self, user_id: str) -> int:
+        """How many of ``user_id``'s conversations wait here."""
+        with self._lock:
+            return sum(1 for entry in self._entries.values() if entry.user_id == user_id)
+
     def drop_user(self, user_id: str) -> int:
         """Drop ``user_id``'s conversations (forgotten users are not written back); returns how many."""
         with self._lock:
