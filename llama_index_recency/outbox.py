@@ -148,10 +148,16 @@ class Outbox:
             return orphans
 
     def add(self, conversation: Conversation) -> None:
-        """Keep ``conversation`` until :meth:`remove`; on disk (appended, fsynced) if there is a path."""
+        """Keep ``conversation`` until :meth:`remove`, replacing a kept one of the same id; on
+        disk if there is a path (appended and fsynced, or the file rewritten for a replacement)."""
         with self._lock:
+            known = conversation.id in self._entries
             self._entries[conversation.id] = conversation
-            if self.path is not None:
+            if self.path is None:
+                return
+            if known:
+                self._persist(self._rewrite)
+            else:
                 self._persist(self._append, conversation)
 
     def replace(self, conversation: Conversation) -> None:
