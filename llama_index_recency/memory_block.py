@@ -6,7 +6,7 @@ is recent: each turn it ranks the user's memories exactly (:class:`QdrantRecency
 and injects the passing ones in B format, or nothing at all when none passes. As the
 session goes on, the block hands each finished exchange to the writer, which extracts
 dated facts off the voice turn, in a worker thread; an outbox beside the store keeps
-what is not written yet across failures and restarts.
+what is not written yet (the latest exchange included) across failures and restarts.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import hashlib
 import logging
 import threading
 from collections import Counter, deque
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 from typing import Any, List, Optional, Sequence
@@ -62,7 +63,11 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
     :meth:`remember_session` (at session end) send only what was not sent yet. Every
     conversation waits in the outbox (:attr:`outbox_path`) until it is stored; a failed
     write (LLM or store down) is kept there for :meth:`wait_for_writes` and for the next
-    block opened over the store, while an answer that gives no valid fact is dropped.
+    block opened over the store, while an answer that gives no valid fact is dropped. The
+    turns not sent yet (the latest exchange, from its user message to the reply once an
+    agent reads the memory again) are held there too, so a process that dies before the
+    next turn or :meth:`remember_session` loses none of them: the next block opened with an
+    ``llm`` writes them.
     """
 
     name: str = Field(default="recency_memory", description="The block's name in the prompt.")
@@ -148,14 +153,14 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
     # --- reading (and handing the session's finished exchanges to the writer) ------------------
 
     async def _aget(self, messages: Optional[List[ChatMessage]] = None, **block_kwargs: Any) -> str:
-        """Recall for the latest user message; meanwhile hand the finished exchanges to the writer."""
+        """Recall for the latest user message; meanwhile keep the session's turns for the writer."""
         messages = messages or []
-        said = self._said(messages, block_kwargs.get("session_id"))
-        if said is None:
+        if self.llm is None:
             return await self._recall(messages)
-        # Keeping it in the outbox (an fsync) overlaps the retrieval; the LLM runs later.
-        _, recalled = await asyncio.gather(asyncio.to_thread(self._submit, said),
-                                           self._recall(messages))
+        # Keeping them in the outbox (an fsync or two) overlaps the retrieval; the LLM runs later.
+        _, recalled = await asyncio.gather(
+            asyncio.to_thread(self._keep, messages, block_kwargs.get("session_id")),
+            self._recall(messages))
         return recalled
 
     async def _recall(self, messages: List[ChatMessage]) -> str:
@@ -182,14 +187,41 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
         user_texts = [m.content for m in messages if m.role == MessageRole.USER and m.content]
         return "\n".join(user_texts[-self.query_turns:]).strip()
 
-    def _said(self, messages: List[ChatMessage], session_id: Optional[str]) -> Optional[Conversation]:
-        """The session's unsent turns before its latest user message (whose reply is still to
-        come), when a background writer is there to take them."""
-        if self.llm is None or not self.background:
-            return None
+    def _keep(self, messages: List[ChatMessage], session_id: Optional[str]) -> None:
+        """Hand the session's unsent turns before its latest user message (whose reply may
+        still be to come) to the background writer, then hold the rest in the outbox."""
         turns = _turns(messages)
-        latest = max((i for i, turn in enumerate(turns) if turn.role == "user"), default=0)
-        return self._take(session_id, turns[:latest])
+        start = 0
+        if self.background:
+            start = max((i for i, turn in enumerate(turns) if turn.role == "user"), default=0)
+            said = self._take(session_id, turns[:start])
+            if said is not None:
+                self._submit(said)
+        self._hold(session_id, turns, start)
+
+    def _hold(self, session_id: Optional[str], turns: Optional[Sequence[Turn]] = None,
+              start: int = 0) -> None:
+        """Keep the session's unsent turns of ``turns[start:]`` (None: of those held before) in
+        the outbox as one entry, replaced as they change and dropped once they are sent. Only
+        a process that ends before sending them leaves it there, for the next block opened
+        with an llm to write; a kill between a send and this call leaves a turn in both, so
+        it is at worst extracted twice, never lost."""
+        with self._lock:
+            session = self._sessions.setdefault(session_id, _SessionTurns())
+            keyed = session.held_turns if turns is None else session.keyed(turns)[start:]
+            pending = [(key, turn) for key, turn in keyed if key not in session.sent]
+            old, session.held_turns = session.held, pending
+            if old is not None and old.turns == tuple(turn for _, turn in pending):
+                return
+            if any(turn.role == "user" for _, turn in pending):
+                held = Conversation(turns=tuple(turn for _, turn in pending), day=self._today(),
+                                    user_id=self.user_id, user_name=self.user_name)
+                session.held = held if old is None else replace(held, id=old.id)
+                self._outbox.add(session.held)
+            else:
+                session.held = None
+                if old is not None:
+                    self._outbox.remove(old.id)
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -202,9 +234,15 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
         if said is None:
             return
         if self.background:
-            await asyncio.to_thread(self._submit, said, wait=True)  # waits only for a full queue
+            await asyncio.to_thread(self._hand_over, said, session_id)
         else:
-            await asyncio.to_thread(self._write_now, said)
+            await asyncio.to_thread(self._write_now, said, session_id)
+
+    def _hand_over(self, conversation: Conversation, session_id: Optional[str]) -> None:
+        """Queue flushed turns for the worker (waiting only for a full queue); the session's
+        turns they did not take stay held."""
+        self._submit(conversation, wait=True)
+        self._hold(session_id)
 
     def remember_session(self, memory: Memory) -> list[TextNode]:
         """Wait for the queued writes, then write the session's turns not sent yet (those
@@ -213,7 +251,7 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
             return []
         self.wait_for_writes()
         said = self._take(memory.session_id, _turns(memory.get_all(status=MessageStatus.ACTIVE)))
-        return [] if said is None else self._write_now(said)
+        return [] if said is None else self._write_now(said, memory.session_id)
 
     async def aremember_session(self, memory: Memory) -> list[TextNode]:
         """Async :meth:`remember_session`."""
@@ -222,7 +260,8 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
         await self.await_writes()
         messages = await memory.aget_all(status=MessageStatus.ACTIVE)
         said = self._take(memory.session_id, _turns(messages))
-        return [] if said is None else await asyncio.to_thread(self._write_now, said)
+        return [] if said is None else await asyncio.to_thread(self._write_now, said,
+                                                                memory.session_id)
 
     def wait_for_writes(self) -> int:
         """Retry failed writes once, wait for every queued one; returns how many still failed."""
@@ -290,9 +329,11 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
                     self._writing -= 1
                     self._lock.notify_all()
 
-    def _write_now(self, conversation: Conversation) -> list[TextNode]:
-        """Write in this thread, kept in the outbox until done."""
+    def _write_now(self, conversation: Conversation, session_id: Optional[str]) -> list[TextNode]:
+        """Write in this thread, kept in the outbox until done (the session's turns it did not
+        take stay held)."""
         self._outbox.add(conversation)
+        self._hold(session_id)
         return self._write(conversation)
 
     def _write(self, conversation: Conversation) -> list[TextNode]:
@@ -342,20 +383,25 @@ class _SessionTurns:
     def __init__(self) -> None:
         self.sent: set[bytes] = set()
         self.flushed: Counter[tuple[str, str]] = Counter()
+        self.held: Optional[Conversation] = None  # the outbox entry of the turns not sent yet
+        self.held_turns: list[tuple[bytes, Turn]] = []
 
-    def unsent(self, turns: Sequence[Turn]) -> list[tuple[bytes, Turn]]:
-        """The not yet sent of ``turns`` (the history after the flushed turns, in order), keyed."""
+    def keyed(self, turns: Sequence[Turn]) -> list[tuple[bytes, Turn]]:
+        """``turns`` (the history after the flushed turns, in order), keyed."""
         seen: Counter[tuple[str, str]] = Counter()
-        new = []
+        keyed = []
         for turn in turns:
             said = (turn.role, turn.text)
             occurrence = self.flushed[said] + seen[said]
             seen[said] += 1
             key = hashlib.blake2b(f"{turn.role}\0{occurrence}\0{turn.text}".encode(),
                                   digest_size=16).digest()
-            if key not in self.sent:
-                new.append((key, turn))
-        return new
+            keyed.append((key, turn))
+        return keyed
+
+    def unsent(self, turns: Sequence[Turn]) -> list[tuple[bytes, Turn]]:
+        """The not yet sent of ``turns`` (as :meth:`keyed` takes them), keyed."""
+        return [(key, turn) for key, turn in self.keyed(turns) if key not in self.sent]
 
 
 def _answered(error: Exception) -> bool:

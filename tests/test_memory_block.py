@@ -4,6 +4,7 @@ during the session, each turn sent once, an outbox that survives failures and re
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import json
 import logging
 import math
@@ -28,6 +29,8 @@ from llama_index.core.memory import Memory
 from llama_index.core.schema import TextNode
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
+from llama_index_recency import memory_block
+from llama_index_recency.outbox import Outbox
 from llama_index_recency.store import check_memory_store
 from llama_index_recency import (
     RecencyMemoryBlock,
@@ -81,6 +84,15 @@ def coffee_index(users: tuple[str | None, ...] = (None,)):
 
 def extraction_llm(server: OpenAIServer):
     return openai_like_llm(model="qwen-test", api_base=server.base_url, api_key="k", max_retries=0)
+
+
+@pytest.fixture(autouse=True)
+def bounded() -> Iterator[None]:
+    """A test that hangs (a writer that never drains its queue, a wait never woken) ends the
+    run after 120 s with every thread's traceback, instead of hanging it for ever."""
+    faulthandler.dump_traceback_later(120, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -561,3 +573,87 @@ async def test_a_store_that_failed_after_the_llm_answered_is_retried_without_ask
     assert await block.await_writes() == 0
     assert len(openai_server.requests) == 1 and count_memories(index) == 1
     assert not block.outbox_path.exists()
+
+
+# --- the writer thread, and the turns of a session cut off by a kill ----------------------------
+
+def writers(block: RecencyMemoryBlock) -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == f"{block.name}-writer"]
+
+
+def test_the_writer_drains_its_queue_then_leaves_when_idle(openai_server, monkeypatch) -> None:
+    monkeypatch.setattr(memory_block, "_WORKER_IDLE_SECONDS", 0.2)
+    openai_server.reply = ToolCall(RECORD, FACTS)
+    index = tea_index()
+    block = RecencyMemoryBlock(index=index, llm=extraction_llm(openai_server), name="drained")
+    for n in range(3):
+        asyncio.run(block.aput([ChatMessage(role="user", content=f"I like green tea, cup {n}."),
+                                ChatMessage(role="assistant", content="Noted!")]))
+    waiting = threading.Thread(target=block.wait_for_writes, daemon=True)
+    waiting.start()
+    waiting.join(30)
+    assert not waiting.is_alive(), "wait_for_writes did not return: the queue never drained"
+    assert len(openai_server.requests) == 3 and count_memories(index) == 1
+    for writer in writers(block):
+        writer.join(10)
+    assert writers(block) == []  # idle, the writer thread has left
+
+
+KILLED_SESSION_SCRIPT = """
+import asyncio, os, signal, sys
+from llama_index.core import MockEmbedding
+from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.memory import Memory
+from llama_index_recency import RecencyMemoryBlock, open_memory_index, openai_like_llm
+
+path, chat_url, extraction_url = sys.argv[1:]
+index = open_memory_index(MockEmbedding(embed_dim=4), path=path)
+extraction = openai_like_llm(model="qwen-test", api_base=extraction_url, api_key="k", max_retries=0)
+block = RecencyMemoryBlock(index=index, llm=extraction, user_id="hanako")
+memory = Memory.from_defaults(session_id="s", memory_blocks=[block])
+chat = openai_like_llm(model="qwen-test", api_base=chat_url, api_key="k", max_retries=0)
+mimi = FunctionAgent(tools=[], llm=chat, system_prompt="You are Mimi.")
+
+
+async def session():
+    for said in ("I like green tea.", "I'm hiking tomorrow.", "I moved to Osaka last week."):
+        await mimi.run(said, memory=memory)
+
+
+asyncio.run(session())
+os.kill(os.getpid(), signal.SIGKILL)  # before aremember_session
+"""
+
+
+async def test_a_session_killed_after_its_last_reply_keeps_that_exchange_in_the_outbox(
+        tmp_path, openai_server, closed_port_url) -> None:
+    openai_server.replies = ["Nice.", "Have fun!", "Big change!"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", KILLED_SESSION_SCRIPT, str(tmp_path),
+                           openai_server.base_url, closed_port_url], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == -9, done.stderr
+    left = Outbox(tmp_path / "outbox" / "memories.jsonl").claim_orphans()
+    turns = Counter((turn.role, turn.text) for entry in left for turn in entry.turns)
+    assert turns[("user", "I moved to Osaka last week.")] == 1
+    assert turns[("assistant", "Big change!")] == 1
+    assert {entry.user_id for entry in left} == {"hanako"}
+
+
+async def test_the_held_exchange_leaves_the_outbox_when_the_session_is_remembered(
+        tmp_path, openai_server, extraction_server) -> None:
+    extraction_server.reply = NOTHING
+    openai_server.replies = ["Nice.", "Big change!"]
+    block = RecencyMemoryBlock(index=disk_index(tmp_path), llm=extraction_llm(extraction_server))
+    memory = Memory.from_defaults(session_id="held", memory_blocks=[block])
+    mimi = agent(openai_server)
+    for said in ("I like green tea.", "I moved to Osaka last week."):
+        await mimi.run(said, memory=memory)
+    assert block.outbox_path is not None and block.outbox_path.exists()
+    await block.aremember_session(memory)
+    assert not block.outbox_path.exists()
+    counts = Counter(turn for request in sent_turns(extraction_server) for turn in request)
+    assert counts == Counter([("user", "I like green tea."), ("assistant", "Nice."),
+                              ("user", "I moved to Osaka last week."),
+                              ("assistant", "Big change!")])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import date
 
 from llama_index_recency.outbox import Conversation, Outbox
@@ -59,3 +60,14 @@ def test_extracted_memories_survive_a_restart_exactly(tmp_path) -> None:
                                                               fact.metadata)
     assert memory.excluded_embed_metadata_keys == fact.excluded_embed_metadata_keys
     assert TEA.extracted() is None  # not answered yet: the turns go to the LLM
+
+
+def test_a_conversation_added_again_replaces_its_kept_state(tmp_path) -> None:
+    """The memory block holds a turn still awaiting its reply, then the whole exchange, under one id."""
+    path = tmp_path / "memories.jsonl"
+    outbox = Outbox(path)
+    outbox.add(OSAKA)
+    answered = replace(OSAKA, turns=(*OSAKA.turns, Turn("assistant", "Big change!")))
+    outbox.add(answered)
+    assert len(path.read_text("utf-8").splitlines()) == 1
+    assert Outbox(path).claim_orphans() == [answered] and len(outbox) == 1

@@ -95,6 +95,8 @@ def _calibrate_gate(args: argparse.Namespace, session: Session) -> int:
                            "without them a store's gate is fitted from the off-topic bank")
     location = Location.of(args, None)
     with session.store(args.model, location, writes=False) as index:
+        if count_memories(index) == 0:
+            raise CommandError(f"no memories stored in {location}; there is no gate to fit", 1)
         base = index_policy(index, reference_date=args.today)
         if args.relevance == "cohort" and base.relevance != "cohort":
             base = base.model_copy(update=COHORT_POLICY)
@@ -102,7 +104,13 @@ def _calibrate_gate(args: argparse.Namespace, session: Session) -> int:
             raise CommandError("the store's policy is in cohort units; a cosine gate needs a "
                                "cosine bonus: calibrate with --questions instead")
         with session.timings.stage(f"asking {len(offtopic_questions())} off-topic questions"):
-            fit = calibrate_gate(index, base, max_bring_up=args.max_bring_up, user_id=args.user)
+            try:
+                fit = calibrate_gate(index, base, max_bring_up=args.max_bring_up,
+                                     user_id=args.user)
+            except ValueError as error:  # e.g. the user holds no memory
+                whose = "" if args.user is None else f" for user {args.user!r}"
+                raise CommandError(f"cannot fit the gate on {location}{whose}: {error}",
+                                   1) from None
         session.console.print(literal(fit.summary(base.threshold)))
         if args.save:
             adopted = fit.policy(base)

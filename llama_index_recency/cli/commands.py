@@ -56,7 +56,8 @@ from llama_index_recency.cli.session import (
 from llama_index_recency.examples import EXAMPLE_REFERENCE_DATE, example_memories, example_questions
 from llama_index_recency.filters import memory_scope
 from llama_index_recency.memory import FutureMemoryDateError, check_not_future
-from llama_index_recency.models import LLM_BASE_URL_ENV, openai_like_llm
+from llama_index_recency.models import LLM_BASE_URL_ENV, is_http_url, openai_like_llm
+from llama_index_recency.outbox import Outbox, outbox_path
 from llama_index_recency.postprocessor import RecencyBonusPostprocessor
 from llama_index_recency.prompts import RETRIEVED_MEMORY_PROMPT
 from llama_index_recency.retriever import QdrantRecencyRetriever
@@ -96,7 +97,16 @@ def _llm(args: argparse.Namespace) -> LLM | None:
     """The chat LLM when an endpoint is configured and not switched off, else ``None``."""
     if args.no_llm or not os.environ.get(LLM_BASE_URL_ENV):
         return None
-    return openai_like_llm(timeout=args.llm_timeout, max_retries=LLM_RETRIES)
+    return _endpoint_llm(args.llm_timeout)
+
+
+def _endpoint_llm(timeout: float) -> LLM:
+    """The chat LLM at ``RECENCY_LLM_BASE_URL`` (set), refused unless that is an http(s) URL."""
+    url = os.environ[LLM_BASE_URL_ENV]
+    if not is_http_url(url):
+        raise CommandError(f"{LLM_BASE_URL_ENV} {url!r} is not an http(s) URL such as "
+                           "http://localhost:8000/v1")
+    return openai_like_llm(timeout=timeout, max_retries=LLM_RETRIES)
 
 
 @contextmanager
@@ -248,7 +258,7 @@ def run_remember(args: argparse.Namespace, session: Session) -> int:
             raise CommandError(future_date(error)) from None
     if not os.environ.get(LLM_BASE_URL_ENV):
         raise CommandError(f"remember needs an LLM: set {LLM_BASE_URL_ENV}")
-    llm = openai_like_llm(timeout=args.llm_timeout, max_retries=LLM_RETRIES)
+    llm = _endpoint_llm(args.llm_timeout)
     location = Location.of(args, default_store_path())
     with session.store(args.model, location, writes=True) as index:
         before = count_memories(index)
@@ -312,9 +322,12 @@ def _memories(count: int) -> str:
 
 
 def run_forget(args: argparse.Namespace, session: Session) -> int:
-    """Delete the selected memories after showing them (and a yes, unless --yes)."""
+    """Delete the selected memories after showing them (and a yes, unless --yes); a whole
+    user (``--user`` alone) also loses their conversations waiting in the outbox, whether or
+    not they have memories yet."""
     if not (args.ids or args.user or args.before or args.match):
         raise CommandError("forget needs memory ids, --user, --before or --match")
+    whole_user = args.user is not None and not (args.ids or args.before or args.match)
     location = Location.of(args, default_store_path())
     store = location.open_existing()
     try:
@@ -323,23 +336,40 @@ def run_forget(args: argparse.Namespace, session: Session) -> int:
         if args.match:
             needle = args.match.casefold()
             chosen = [node for node in chosen if needle in node.get_content().casefold()]
-        if not chosen:
+        path = outbox_path(store) if whole_user else None
+        outbox = None if path is None else Outbox.at(path)
+        waiting = 0 if outbox is None else outbox.waiting(args.user)
+        if not chosen and not waiting:
             session.console.print(literal(f"no memory in {location} matches; nothing deleted"))
             return 0
-        session.console.print(memory_table(f"{_memories(len(chosen))} to forget in {location}",
-                                           chosen))
-        if not args.yes and not _confirmed(f"Delete these {len(chosen)} memories for good?"):
+        doomed = []
+        if chosen:
+            doomed.append(_memories(len(chosen)))
+            session.console.print(memory_table(f"{doomed[-1]} to forget in {location}", chosen))
+        if waiting:
+            doomed.append(_conversations(waiting))
+            session.console.print(literal(f"{doomed[-1]} of user {args.user} waiting in the "
+                                          "outbox (not written yet) to drop"))
+        if not args.yes and not _confirmed(f"Delete these {' and '.join(doomed)} for good?"):
             session.console.print("nothing deleted")
             return 1
-        if args.user and not (args.ids or args.before or args.match):  # the whole user: and
-            deleted = forget(store, user_id=args.user)  # their conversations in the outbox
+        dropped = 0 if outbox is None else outbox.drop_user(args.user)
+        if whole_user:  # forget drops the user's conversations in the outbox too
+            deleted = forget(store, user_id=args.user)
         else:
             deleted = forget(store, [node.node_id for node in chosen], user_id=args.user)
     finally:
         close_memory_index(store)
-    session.console.print(literal(f"deleted {deleted} memor{'y' if deleted == 1 else 'ies'} "
-                                  f"from {location}"))
+    if dropped:
+        session.console.print(literal(f"dropped {_conversations(dropped)} of user {args.user} "
+                                      "waiting in the outbox"))
+    session.console.print(literal(f"deleted {_memories(deleted)} from {location}"))
     return 0
+
+
+def _conversations(count: int) -> str:
+    """``1 conversation``, ``2 conversations``."""
+    return f"{count} conversation{'' if count == 1 else 's'}"
 
 
 def _confirmed(question: str) -> bool:

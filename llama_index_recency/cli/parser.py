@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import uuid
 from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
@@ -215,7 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
         "them, and keep the successor links of the others consistent. Needs no model.",
     )
     _store_options(forgetting)
-    forgetting.add_argument("ids", nargs="*", metavar="ID", help="memory ids (see `list`)")
+    forgetting.add_argument("ids", nargs="*", type=_memory_id, metavar="ID",
+                            help="memory ids (see `list`)")
     _user_option(forgetting, "only this user's memories")
     forgetting.add_argument("--before", type=_iso_date, default=None,
                             help="only memories dated before this day, YYYY-MM-DD")
@@ -309,7 +311,7 @@ def _chat_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _timeout_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--llm-timeout", type=float, default=60.0, metavar="SECONDS",
+    parser.add_argument("--llm-timeout", type=_seconds, default=60.0, metavar="SECONDS",
                         help="give up on an LLM answer after this long (per attempt; "
                         f"{LLM_RETRIES + 1} attempts)")
 
@@ -331,6 +333,25 @@ def _share(value: str) -> float:
     if not 0 <= share < 1:
         raise argparse.ArgumentTypeError(f"expected a share in [0, 1), got {value!r}")
     return share
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value!r}")
+    return seconds
+
+
+def _memory_id(value: str) -> str:
+    """A memory id (a UUID) in the form ``list`` shows and the store keeps."""
+    try:
+        return str(uuid.UUID(value.strip()))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a memory id (a UUID, see `list`), got {value!r}") from None
 
 
 def _id_list(value: str) -> tuple[str, ...]:
