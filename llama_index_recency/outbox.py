@@ -149,13 +149,15 @@ class Outbox:
 
     def add(self, conversation: Conversation) -> None:
         """Keep ``conversation`` until :meth:`remove`, replacing a kept one of the same id; on
-        disk if there is a path (appended and fsynced, or the file rewritten for a replacement)."""
+        disk if there is a path (appended and fsynced, or the file rewritten for a replacement
+        and after a failed save)."""
         with self._lock:
             known = conversation.id in self._entries
             self._entries[conversation.id] = conversation
             if self.path is None:
                 return
-            if known:
+            if known or self._disk_failing:
+                # After a failed save, the rewrite also brings what was kept in memory only.
                 self._persist(self._rewrite)
             else:
                 self._persist(self._append, conversation)
@@ -223,6 +225,7 @@ class Outbox:
         if not self._entries:
             self.path.unlink(missing_ok=True)
             return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with open(descriptor, "w", encoding="utf-8") as file:

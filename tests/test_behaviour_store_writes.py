@@ -92,9 +92,6 @@ def test_a_disk_failure_keeps_conversations_in_memory_with_one_warning(tmp_path,
     assert OSAKA.id in outbox and TRAINS.id in outbox and TEA.id not in outbox
 
 
-@pytest.mark.xfail(strict=True, reason="bug: after a disk failure, the next append writes only "
-                   "the new conversation; those kept in memory during the failure stay off disk "
-                   "until a rewrite, so a process killed then loses them")
 def test_conversations_kept_in_memory_during_a_disk_failure_reach_the_disk_once_it_recovers(
         tmp_path) -> None:
     blocker = tmp_path / "outbox"
