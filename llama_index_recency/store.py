@@ -226,7 +226,8 @@ def _edge_store(
         weakref.finalize(store, shutil.rmtree, path, ignore_errors=True)
     recorded = store.metadata.get(EMBEDDING_METADATA_KEY)
     if recorded is None and store.dimensions in (None, identity["dimensions"]):
-        store.update_metadata({EMBEDDING_METADATA_KEY: identity})
+        if not store.read_only:  # a copy's record would be lost: the next writable open does it
+            store.update_metadata({EMBEDDING_METADATA_KEY: identity})
     elif recorded != identity:
         store.close()
         raise _mismatch(collection_name, recorded or {"model": "an unrecorded model",
@@ -255,12 +256,15 @@ def check_memory_store(
     *,
     must_exist: bool,
     collection_name: str = DEFAULT_COLLECTION,
+    writes: bool = False,
 ) -> None:
-    """Fail fast, before any model loads: the store at ``path`` is locked, missing or a file.
+    """Fail fast, before any model loads: the store at ``path`` is locked, missing or a file,
+    or (for a command that ``writes``) it can only be read.
 
     Raises :class:`MemoryStoreLockedError` when another process holds it,
-    :class:`MemoryStoreNotFoundError` when ``must_exist`` and no store is there, and
-    ``NotADirectoryError`` when ``path`` is a file.
+    :class:`MemoryStoreNotFoundError` when ``must_exist`` and no store is there,
+    ``NotADirectoryError`` when ``path`` is a file, and :class:`MemoryStoreReadOnlyError`
+    or :class:`MemoryStoreFullError` when ``writes`` and its disk cannot load it for writing.
     """
     root = Path(path)
     if root.is_file():
@@ -276,7 +280,10 @@ def check_memory_store(
                 "or add a memory first"
             )
         return
-    _open_edge(root, collection_name).close()  # raises MemoryStoreLockedError when held
+    store = _open_edge(root, collection_name)  # raises MemoryStoreLockedError when held
+    store.close()
+    if writes:
+        store.require_writable()
 
 
 def _check_local_mode_lock(root: Path) -> None:

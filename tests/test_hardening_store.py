@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 from conftest import KnownCosineEmbedding, error_line
-from test_cli_errors import MEMORY, QUESTION, embedding_for, small_tmpfs  # noqa: F401
+import test_cli_errors
+from test_cli_errors import MEMORY, QUESTION, embedding_for
 
 from llama_index_recency import memory_node, open_memory_index
 from llama_index_recency.cli import main
@@ -30,6 +31,8 @@ from llama_index_recency.store import (
 )
 
 pytestmark = pytest.mark.usefixtures("cli_environment")
+
+small_tmpfs = test_cli_errors.small_tmpfs  # a fixture: a tmpfs of the size given
 
 MANY = [(f"The user noted thing number {i}, with a sentence of detail like a real memory.",
          "2026-09-01") for i in range(300)]
@@ -65,7 +68,7 @@ def used_kb(mount: Path) -> int:
 def add_many(store: str, tmp_path: Path) -> KnownCosineEmbedding:
     path = tmp_path / "many.json"
     path.write_text(json.dumps({"memories": [{"fact": f, "date": d} for f, d in MANY]}), "utf-8")
-    embed = KnownCosineEmbedding({memory_node(f, d).get_content(): 0.5 for f, d in MANY})
+    embed = KnownCosineEmbedding({memory_node(f, d).get_content(): 0.5 for f, d in [*MANY, MEMORY]})
     assert main(["add", "--file", str(path), "--store", store], embed_model=embed) == 0
     return embed
 
@@ -112,8 +115,7 @@ def test_a_store_its_small_tmpfs_cannot_reopen_is_still_read_and_writes_say_why(
     before = used_kb(small_tmpfs)
     assert_every_read_works(store, embed, tmp_path, len(MANY))
     assert used_kb(small_tmpfs) == before  # nothing written where the store lives
-    code, _, err = run_forked(["add", MEMORY[0], "--date", MEMORY[1], "--store", store],
-                              embedding_for(MEMORY))
+    code, _, err = run_forked(["add", MEMORY[0], "--date", MEMORY[1], "--store", store], embed)
     assert code == 1, f"killed by signal {-code}" if code < 0 else err
     line = error_line(err)
     assert line.startswith(f"error: the disk holding the store at {shard} has ")
@@ -128,9 +130,8 @@ def test_the_space_to_open_a_store_is_what_edge_fills_in_not_every_hole(
     """On loading, Edge fills in its vectors and payload indexes, not the payload storage
     (kept cold) nor the write-ahead log: 300 memories reopen for writing on 72 MB."""
     store = str(small_tmpfs / "store")
-    add_many(store, tmp_path)
-    code, _, err = run_forked(["add", MEMORY[0], "--date", MEMORY[1], "--store", store],
-                              embedding_for(MEMORY))
+    embed = add_many(store, tmp_path)
+    code, _, err = run_forked(["add", MEMORY[0], "--date", MEMORY[1], "--store", store], embed)
     assert (code, err) == (0, "")
     code, out, err = run_forked(["list", "--store", store])
     assert (code, err) == (0, "") and f"{len(MANY) + 1} memories in {store}" in out
@@ -179,11 +180,17 @@ def test_a_store_read_from_a_copy_still_refuses_a_second_holder_and_a_write(
         tmp_path: Path, no_space_under: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     store, embed = str(tmp_path / "store"), embedding_for(MEMORY)
     assert main(["add", MEMORY[0], "--date", MEMORY[1], "--store", store], embed_model=embed) == 0
+    writer = QdrantEdgeVectorStore(edge_shard_path(store))  # opened in place, for writing
     no_space_under.append(store)
+    with pytest.raises(MemoryStoreLockedError):  # no copy of a store being written
+        open_memory_store(path=store)
+    writer.close()
     copy = open_memory_store(path=store)
     assert isinstance(copy, QdrantEdgeVectorStore) and copy.read_only
-    with pytest.raises(MemoryStoreLockedError):  # the store is held while its copy is read
+    no_space_under.clear()
+    with pytest.raises(MemoryStoreLockedError):  # no writer while its copy is read
         QdrantEdgeVectorStore(edge_shard_path(store))
+    no_space_under.append(store)
     with pytest.raises(OSError, match="it is open read-only, from a temporary copy"):
         copy.delete_nodes([copy.get_nodes()[0].node_id])
     close_memory_index(copy)
