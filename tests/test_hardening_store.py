@@ -59,10 +59,10 @@ def run_forked(argv: list[str], embed_model: object = None) -> tuple[int, str, s
     return code, out, err
 
 
-def used_kb(mount: Path) -> int:
-    df = subprocess.run(["df", "-k", "--output=used", str(mount)], capture_output=True,
-                        text=True, check=True)
-    return int(df.stdout.split()[-1])
+def written(store: str) -> dict[Path, tuple[int, int]]:
+    """Every file of ``store`` with its size and modification time."""
+    return {path: (path.stat().st_size, path.stat().st_mtime_ns)
+            for path in Path(store).rglob("*") if path.is_file()}
 
 
 def add_many(store: str, tmp_path: Path) -> KnownCosineEmbedding:
@@ -112,15 +112,15 @@ def test_a_store_its_small_tmpfs_cannot_reopen_is_still_read_and_writes_say_why(
     assert len(warned) == 1 and warned[0].startswith(f"the disk holding the store at {shard} has ")
     assert warned[0].endswith("later commands read it from a temporary copy and cannot change "
                               "it; free some space (or move the store to a larger disk)")
-    before = used_kb(small_tmpfs)
+    before = written(store)
     assert_every_read_works(store, embed, tmp_path, len(MANY))
-    assert used_kb(small_tmpfs) == before  # nothing written where the store lives
+    assert written(store) == before  # nothing written where the store lives
     code, _, err = run_forked(["add", MEMORY[0], "--date", MEMORY[1], "--store", store], embed)
     assert code == 1, f"killed by signal {-code}" if code < 0 else err
     line = error_line(err)
     assert line.startswith(f"error: the disk holding the store at {shard} has ")
     assert "it is open read-only, from a temporary copy" in line
-    assert used_kb(small_tmpfs) == before
+    assert written(store) == before
     assert run_forked(["list", "--store", store])[1].count("The user noted thing number") == 300
 
 
