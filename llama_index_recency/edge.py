@@ -7,12 +7,15 @@ cosine vector), so a point copied from a qdrant-client collection reads back as 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import logging
 import os
 import re
 import shutil
+import tempfile
 import uuid
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional
 
@@ -56,10 +59,14 @@ have write-ahead log left to replay, and one holding fewer points lost segment f
 # SIGBUS, not an error. So free space is checked before Edge touches the disk. Measured
 # (384 to 1024 dims, 300 to 3000 payload bytes): the WAL, segments and indexes take 1.5 to
 # 2.2 times a point's vector and payload bytes; loading a shard not closed replays its
-# WAL, about 2.5 times the WAL's allocated bytes.
+# WAL, about 2.5 times the WAL's allocated bytes. On tmpfs, loading also fills in the holes
+# of the vector and payload-index files (300 memories of 384 dims: 50 MB, on a shard of
+# 11 MB), not those of the payload storage (kept cold) nor of the WAL.
 _SPACE_FACTOR = 3
 _SPACE_HEADROOM = 8 << 20  # index pages touched in MB steps, the flush at close
 _INDEX_BYTES = 4 << 20  # creating a payload index: measured 2.1 MB each on tmpfs
+_COLD_STORAGE = "payload_storage"  # a segment's directory Edge maps without filling it in
+_COPY_PREFIX = "llama-index-recency-copy-"
 
 
 class MemoryStoreLockedError(RuntimeError):
@@ -67,8 +74,9 @@ class MemoryStoreLockedError(RuntimeError):
 
 
 class MemoryStoreReadOnlyError(OSError):
-    """The embedded store is on a read-only filesystem (errno EROFS): Qdrant Edge opens a
-    shard for writing even to read it (qdrant-edge-py has no read-only load)."""
+    """The embedded store is on a read-only filesystem (errno EROFS). Qdrant Edge loads a
+    shard for writing even to read it (qdrant-edge-py has no read-only load), so the store
+    is read from a temporary copy: raised by a write, or when no copy can be made."""
 
     def __init__(self, message: str) -> None:
         super().__init__(errno.EROFS, message)
@@ -101,6 +109,11 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
     :class:`MemoryStoreLockedError`. Writes go through Edge's write-ahead log, so they
     survive a killed process without ``flush()``.
 
+    A shard its own disk cannot load for writing (a read-only filesystem, or too little
+    free space for what loading fills in) is loaded from a temporary copy in the system's
+    temporary directory instead, holding the shard's lock meanwhile: reads work, and every
+    write raises the reason (:attr:`read_only`). The copy is deleted on ``close``.
+
     Search is always exact: segments stay plain and ``optimize()`` (which builds HNSW,
     minutes with the GIL held, and makes search approximate) is never called.
 
@@ -131,6 +144,9 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
     _closed: bool = PrivateAttr(default=False)
     _written: bool = PrivateAttr(default=False)
     _metadata: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _copy: Optional[str] = PrivateAttr(default=None)
+    _refusal: Optional[OSError] = PrivateAttr(default=None)
+    _release: Optional[weakref.finalize] = PrivateAttr(default=None)
 
     def __init__(
         self,
@@ -162,6 +178,20 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
     def client(self) -> Optional[edge.EdgeShard]:
         """The ``EdgeShard`` (None until the first add creates it)."""
         return self._shard
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the shard is loaded from a temporary copy (its own disk cannot load it
+        for writing): reads work, writes raise why."""
+        return self._refusal is not None
+
+    def require_writable(self) -> None:
+        """Raise why the store cannot be changed (:class:`MemoryStoreReadOnlyError` or
+        :class:`MemoryStoreFullError`) when the shard is loaded from a temporary copy."""
+        if self._refusal is not None:
+            raise type(self._refusal)(
+                f"{self._refusal}: it is open read-only, from a temporary copy, so it cannot "
+                f"be changed; {_remedy(self._refusal)}")
 
     # -- nodes ---------------------------------------------------------------------------
 
@@ -219,6 +249,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         shard = self._require_open()
         if shard is None:
             return
+        self.require_writable()
         shard.close()
         self._shard = None
         for name in os.listdir(self.path):
@@ -291,6 +322,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
     def update_metadata(self, values: dict[str, Any]) -> None:
         """Merge ``values`` (JSON) into the metadata record and write it atomically."""
         self._require_open()
+        self.require_writable()
         merged = {**self._metadata, **values}
         try:
             text = json.dumps(merged, indent=2, sort_keys=True, allow_nan=False)
@@ -317,7 +349,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             shard.flush()
 
     def close(self) -> None:
-        """Release the shard and its lock; the store is unusable afterwards. Idempotent."""
+        """Release the shard and its lock (and delete a temporary copy); the store is
+        unusable afterwards. Idempotent."""
         if self._shard is not None:
             points = self._shard.count(edge.CountRequest(exact=True)) if self._written else 0
             self._shard.close()
@@ -327,6 +360,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
                     self.update_metadata({SHARD_STATE_KEY: {"closed": True, "points": points}})
                 except OSError:  # a full disk: the next load assumes a WAL to replay
                     pass
+        if self._release is not None:
+            self._release()
         self._closed = True
 
     # -- internals -------------------------------------------------------------------------
@@ -349,7 +384,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         """``open_shard(*args)``, with Edge's failures (a plain Exception with the text) as
         :class:`MemoryStoreLockedError`, :class:`MemoryStoreReadOnlyError`,
         :class:`MemoryStoreFullError` or, loading, :class:`MemoryStoreDamagedError`."""
-        if _read_only(self.path):
+        if _read_only(args[0]):
             raise self._read_only_error() from None
         try:
             return open_shard(*args)
@@ -367,16 +402,56 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             if open_shard is not edge.EdgeShard.load or "Permission denied" in text:
                 raise
             raise MemoryStoreDamagedError(
-                f"the store at {self.path} is damaged: {_edge_reason(text, self.path)}; restore "
+                f"the store at {self.path} is damaged: {_edge_reason(text, args[0])}; restore "
                 "it from an export or backup"
             ) from None
 
     def _read_only_error(self) -> MemoryStoreReadOnlyError:
-        return MemoryStoreReadOnlyError(
-            f"the store at {self.path} is on a read-only filesystem, and reading it needs write "
-            "access (Qdrant Edge opens a store for writing, even to read it); remount it "
-            "read-write or copy the store to a writable disk"
-        )
+        refusal = MemoryStoreReadOnlyError(f"the store at {self.path} is on a read-only filesystem")
+        return MemoryStoreReadOnlyError(f"{refusal}; {_remedy(refusal)}")
+
+    def _in_place_refusal(self) -> Optional[OSError]:
+        """Why the shard cannot be loaded where it is (Edge loads for writing, even to
+        read): a read-only filesystem, or too little free space; None when it can."""
+        if _read_only(self.path):
+            return MemoryStoreReadOnlyError(
+                f"the store at {self.path} is on a read-only filesystem")
+        needed, free = self._load_needs(self.path, replay=self._replays()), _free_bytes(self.path)
+        if free < needed:
+            return MemoryStoreFullError(
+                f"the disk holding the store at {self.path} has {_megabytes(free)} free, about "
+                f"{_megabytes(needed)} needed to open it for writing (Edge fills in its mapped "
+                "files and replays its write-ahead log)")
+        return None
+
+    def _load_copy(self, refusal: OSError) -> edge.EdgeShard:
+        """Load a copy of the shard made in the temporary directory, holding the shard's
+        lock (shared) until ``close``; :attr:`read_only` from then on. ``refusal``, naming
+        the temporary directory too, when the copy cannot be made there."""
+        lock = _hold_shared(self.path)
+        parent = tempfile.gettempdir()
+        try:
+            needed = (sum(blocks for _, blocks in _file_sizes(self.path))
+                      + self._load_needs(parent, replay=self._replays()))
+            free = _free_bytes(parent)
+            if _read_only(parent) or free < needed:
+                problem = ("read-only too" if _read_only(parent) else
+                           f"{_megabytes(free)} free, about {_megabytes(needed)} needed")
+                raise type(refusal)(f"{refusal}, and no read-only copy can be made in {parent} "
+                                    f"({problem}); {_remedy(refusal)}")
+            copy = tempfile.mkdtemp(prefix=_COPY_PREFIX, dir=parent)
+        except BaseException:
+            os.close(lock)
+            raise
+        self._release = weakref.finalize(self, _remove_copy, copy, lock)
+        try:
+            shutil.copytree(self.path, copy, copy_function=_copy_sparse, dirs_exist_ok=True)
+            shard = self._locked(edge.EdgeShard.load, copy)
+        except BaseException:
+            self._release()
+            raise
+        self._copy, self._refusal = copy, refusal
+        return shard
 
     def _check_points(self) -> None:
         """Warn in one line when the shard holds fewer points than its last close recorded
@@ -396,11 +471,11 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         """Load the shard at ``path`` (maybe created by another handle since), or create it
         with vectors of ``size`` when given."""
         if os.path.exists(os.path.join(self.path, _EDGE_CONFIG_FILE)):
-            if _read_only(self.path):
-                raise self._read_only_error()
-            self._check_space(self._load_needs(), "to open it (Edge maps its files into "
-                              "memory and replays its write-ahead log)")
-            self._shard = self._locked(edge.EdgeShard.load, self.path)
+            refusal = self._in_place_refusal()
+            if refusal is None:
+                self._shard = self._locked(edge.EdgeShard.load, self.path)
+            else:
+                self._shard = self._load_copy(refusal)
             self.dimensions = self._stored_vector_size()
             self._check_points()
             self._ensure_indexes(new=False)
@@ -429,7 +504,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             wanted[self.date_key] = edge.PayloadSchemaType.Datetime
         existing = self._shard.info().payload_schema
         missing = {key: schema for key, schema in wanted.items() if key not in existing}
-        if missing and not new and _free_bytes(self.path) < _INDEX_BYTES * len(missing):
+        if missing and not new and _free_bytes(self._loaded_from) < _INDEX_BYTES * len(missing):
             if (self.path, "indexes") not in _WARNED:
                 _WARNED.add((self.path, "indexes"))
                 logger.warning("the disk holding the store at %s is too full to add the payload "
@@ -482,32 +557,58 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
                 for point_id, vector, payload in chunk
             ]
             shard.update(edge.UpdateOperation.upsert_points(batch))
+        self._warn_if_it_cannot_reopen()
+
+    def _warn_if_it_cannot_reopen(self) -> None:
+        """Warn once when the disk holding the shard could not load it for writing as it now
+        is, closed cleanly (writing leaves the holes loading fills in)."""
+        needed, free = self._load_needs(self.path, replay=False), _free_bytes(self.path)
+        if free < needed and (self.path, "reopen") not in _WARNED:
+            _WARNED.add((self.path, "reopen"))
+            logger.warning(
+                "the disk holding the store at %s has %s free, about %s needed to reopen it for "
+                "writing (Edge fills in its mapped files on loading): later commands read it "
+                "from a temporary copy and cannot change it; free some space (or move the store "
+                "to a larger disk)", self.path, _megabytes(free), _megabytes(needed))
 
     def _before_write(self, needed: int, what: str) -> None:
-        """Check the free space, and record before this handle's first write that the
-        shard is not closed."""
+        """Check the store is writable and has the free space, and record before this
+        handle's first write that the shard is not closed."""
+        self.require_writable()
         self._check_space(needed, what)
         if not self._written:
             self.update_metadata({SHARD_STATE_KEY: {"closed": False}})
             self._written = True
 
-    def _load_needs(self) -> int:
-        """Free bytes loading the shard may take: little after a clean close, else enough to
-        replay the whole write-ahead log; on tmpfs also the holes of the segment files,
-        which Edge's mmap fills in on loading (measured: a 5,568-point shard took 44 MB)."""
+    @property
+    def _loaded_from(self) -> str:
+        """The directory Edge has the shard loaded from: the shard's, or its temporary copy."""
+        return self._copy or self.path
+
+    def _replays(self) -> bool:
+        """Whether loading may replay the write-ahead log (the shard was not closed since
+        its last write)."""
+        return not (self._metadata.get(SHARD_STATE_KEY) or {}).get("closed")
+
+    def _load_needs(self, target: str, *, replay: bool) -> int:
+        """Free bytes loading the shard on the filesystem of ``target`` may take: little,
+        plus with ``replay`` enough to replay the whole write-ahead log; on tmpfs also the
+        holes Edge's mmap fills in on loading (those of the segments' files outside the
+        payload storage, which stays cold)."""
         needs = _SPACE_HEADROOM // 8
-        if not (self._metadata.get(SHARD_STATE_KEY) or {}).get("closed"):
+        if replay:
             allocated = sum(blocks for _, blocks in _file_sizes(os.path.join(self.path, "wal")))
             needs += _SPACE_FACTOR * allocated + _SPACE_HEADROOM
-        if _allocates_on_read(self.path):
+        if _allocates_on_read(target):
+            segments = os.path.join(self.path, "segments")
             needs += sum(max(0, size - blocks)
-                         for size, blocks in _file_sizes(os.path.join(self.path, "segments")))
+                         for size, blocks in _file_sizes(segments, skip=_COLD_STORAGE))
         return needs
 
     def _check_space(self, needed: int, what: str) -> None:
         """:class:`MemoryStoreFullError` unless the disk holding the shard has ``needed``
         bytes free (Edge would die of SIGBUS writing an mmap'd page the disk cannot back)."""
-        free = _free_bytes(self.path)
+        free = _free_bytes(self._loaded_from)
         if free < needed:
             raise MemoryStoreFullError(
                 f"the disk holding the store at {self.path} is full: {_megabytes(free)} free, "
@@ -606,15 +707,68 @@ def _edge_reason(text: str, path: str) -> str:
     return reason.replace(os.path.join(path, ""), "").replace(path, "the shard").strip()
 
 
-def _file_sizes(directory: str) -> Iterator[tuple[int, int]]:
-    """``(apparent size, allocated bytes)`` of every file under ``directory``."""
-    for parent, _, files in os.walk(directory):
+def _file_sizes(directory: str, skip: Optional[str] = None) -> Iterator[tuple[int, int]]:
+    """``(apparent size, allocated bytes)`` of every file under ``directory``, but not in
+    directories named ``skip``."""
+    for parent, directories, files in os.walk(directory):
+        directories[:] = [name for name in directories if name != skip]
         for name in files:
             try:
                 status = os.stat(os.path.join(parent, name))
             except OSError:
                 continue
             yield status.st_size, status.st_blocks * 512
+
+
+def _remedy(refusal: OSError) -> str:
+    """What a user can do about a store refused for ``refusal``."""
+    if isinstance(refusal, MemoryStoreReadOnlyError):
+        return "remount it read-write or copy the store to a writable disk"
+    return "free some space (or move the store to a larger disk)"
+
+
+def _hold_shared(path: str) -> int:
+    """A shared lock on the shard's ``wal`` directory, which Edge locks exclusively while it
+    has the shard loaded: the descriptor holding it; :class:`MemoryStoreLockedError` when
+    another handle has the shard."""
+    descriptor = os.open(os.path.join(path, "wal"), os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        raise MemoryStoreLockedError(
+            f"the store at {path} is already open in another process or handle") from None
+    return descriptor
+
+
+def _remove_copy(copy: str, lock: int) -> None:
+    """Delete a shard's temporary copy and release the shard's lock."""
+    shutil.rmtree(copy, ignore_errors=True)
+    os.close(lock)
+
+
+def _copy_sparse(source: str, target: str) -> None:
+    """Copy a file, leaving its holes holes (Edge's files are mostly holes: 300 memories
+    take 11 MB in 170 MB of files)."""
+    with open(source, "rb") as reader, open(target, "wb") as writer:
+        end = os.fstat(reader.fileno()).st_size
+        offset = 0
+        while offset < end:
+            try:
+                offset = os.lseek(reader.fileno(), offset, os.SEEK_DATA)
+            except OSError:  # ENXIO: nothing but a hole after offset
+                break
+            stop = os.lseek(reader.fileno(), offset, os.SEEK_HOLE)
+            reader.seek(offset)
+            writer.seek(offset)
+            while offset < stop:
+                chunk = reader.read(min(stop - offset, 1 << 20))
+                if not chunk:
+                    break
+                writer.write(chunk)
+                offset += len(chunk)
+            offset = stop
+        writer.truncate(end)
 
 
 def _allocates_on_read(path: str) -> bool:

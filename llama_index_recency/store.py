@@ -84,6 +84,7 @@ __all__ = [
     "MemoryStoreNotFoundError",
     "MemoryStoreUnreachableError",
     "Migration",
+    "check_collection_name",
     "check_memory_store",
     "close_memory_index",
     "count_memories",
@@ -134,6 +135,7 @@ def open_memory_index(
     open in another process raises :class:`MemoryStoreLockedError`, a server that does not
     answer :class:`MemoryStoreUnreachableError`.
     """
+    check_collection_name(collection_name)
     identity = {
         "model": embedding_name or embed_model.model_name,
         "dimensions": len(embed_model.get_query_embedding(_DIMENSION_PROBE)),
@@ -170,6 +172,7 @@ def open_memory_store(
     :class:`MemoryStoreNotFoundError`, a server that does not answer
     :class:`MemoryStoreUnreachableError`. For listing, counting, forgetting and migrating.
     """
+    check_collection_name(collection_name)
     if url is not None:
         client, aclient = qdrant_clients(url=url, api_key=api_key)
         assert client is not None
@@ -194,7 +197,17 @@ def is_local_mode_store(path: str | os.PathLike[str]) -> bool:
 
 def edge_shard_path(path: str | os.PathLike[str], collection_name: str = DEFAULT_COLLECTION) -> Path:
     """Where the Edge shard of ``collection_name`` lives in the store at ``path``."""
-    return Path(path) / EDGE_DIRECTORY / collection_name
+    return Path(path) / EDGE_DIRECTORY / check_collection_name(collection_name)
+
+
+def check_collection_name(name: str) -> str:
+    """``name`` if it is a plain collection name: not empty, not ``.`` or ``..``, without a
+    path separator or NUL (it names a directory under the store, and a server collection).
+    Otherwise ``ValueError`` naming it."""
+    if name in ("", ".", "..") or any(bad in name for bad in ("/", "\\", "\0")):
+        raise ValueError(f"collection name {name!r} is not a plain name: give a non-empty name "
+                         "without '/', '\\', NUL, and not '.' or '..'")
+    return name
 
 
 def _edge_store(
@@ -213,7 +226,8 @@ def _edge_store(
         weakref.finalize(store, shutil.rmtree, path, ignore_errors=True)
     recorded = store.metadata.get(EMBEDDING_METADATA_KEY)
     if recorded is None and store.dimensions in (None, identity["dimensions"]):
-        store.update_metadata({EMBEDDING_METADATA_KEY: identity})
+        if not store.read_only:  # a copy's record would be lost: the next writable open does it
+            store.update_metadata({EMBEDDING_METADATA_KEY: identity})
     elif recorded != identity:
         store.close()
         raise _mismatch(collection_name, recorded or {"model": "an unrecorded model",
@@ -242,12 +256,15 @@ def check_memory_store(
     *,
     must_exist: bool,
     collection_name: str = DEFAULT_COLLECTION,
+    writes: bool = False,
 ) -> None:
-    """Fail fast, before any model loads: the store at ``path`` is locked, missing or a file.
+    """Fail fast, before any model loads: the store at ``path`` is locked, missing or a file,
+    or (for a command that ``writes``) it can only be read.
 
     Raises :class:`MemoryStoreLockedError` when another process holds it,
-    :class:`MemoryStoreNotFoundError` when ``must_exist`` and no store is there, and
-    ``NotADirectoryError`` when ``path`` is a file.
+    :class:`MemoryStoreNotFoundError` when ``must_exist`` and no store is there,
+    ``NotADirectoryError`` when ``path`` is a file, and :class:`MemoryStoreReadOnlyError`
+    or :class:`MemoryStoreFullError` when ``writes`` and its disk cannot load it for writing.
     """
     root = Path(path)
     if root.is_file():
@@ -263,7 +280,10 @@ def check_memory_store(
                 "or add a memory first"
             )
         return
-    _open_edge(root, collection_name).close()  # raises MemoryStoreLockedError when held
+    store = _open_edge(root, collection_name)  # raises MemoryStoreLockedError when held
+    store.close()
+    if writes:
+        store.require_writable()
 
 
 def _check_local_mode_lock(root: Path) -> None:
@@ -506,6 +526,7 @@ def migrate_store(
     verified; a shortfall is an error. ``progress`` is called with the number of
     memories copied per batch.
     """
+    check_collection_name(collection_name)
     if not is_local_mode_store(source):
         raise MemoryStoreNotFoundError(
             f"{source} is not a llama-index-recency 0.1.0 store (no {_LOCAL_MODE_MARKER}); "

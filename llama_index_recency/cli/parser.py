@@ -33,7 +33,7 @@ from llama_index_recency.examples import EXAMPLE_LANGUAGES
 from llama_index_recency.gate import MAX_BRING_UP
 from llama_index_recency.memory import control_character
 from llama_index_recency.models import LLM_BASE_URL_ENV
-from llama_index_recency.store import DEFAULT_COLLECTION
+from llama_index_recency.store import DEFAULT_COLLECTION, check_collection_name
 
 
 # --- argument parsing -------------------------------------------------------------------
@@ -235,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     migration.add_argument("source", type=Path, help="the 0.1.0 store directory")
     migration.add_argument("target", type=Path, help="the new store directory")
-    migration.add_argument("--collection", default=DEFAULT_COLLECTION,
+    migration.add_argument("--collection", type=_collection, default=DEFAULT_COLLECTION,
                            help=f"the collection to copy (default: {DEFAULT_COLLECTION})")
     migration.set_defaults(run=run_migrate)
 
@@ -321,7 +321,7 @@ def _store_options(parser: argparse.ArgumentParser, store_help: str | None = Non
                         help=store_help or f"local store directory (default: {default_store_path()})")
     parser.add_argument("--url", default=None,
                         help="a Qdrant server (e.g. http://localhost:6333) instead of --store")
-    parser.add_argument("--collection", default=DEFAULT_COLLECTION,
+    parser.add_argument("--collection", type=_collection, default=DEFAULT_COLLECTION,
                         help=f"the collection holding the memories (default: {DEFAULT_COLLECTION})")
 
 
@@ -365,6 +365,13 @@ def _iso_date(value: str) -> date:
         raise argparse.ArgumentTypeError(
             f"expected a date YYYY-MM-DD, got {value!r} ({error})"
         ) from None
+
+
+def _collection(value: str) -> str:
+    try:
+        return check_collection_name(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _non_blank(what: str) -> Any:

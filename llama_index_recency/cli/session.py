@@ -210,7 +210,7 @@ class Session:
         (lock, missing, a file) before the model loads. Only writing commands create one."""
         if location.path is not None:
             check_memory_store(location.path, must_exist=not writes,
-                               collection_name=location.collection)
+                               collection_name=location.collection, writes=writes)
         index = location.open(self.embedding(model))
         try:
             yield index
