@@ -239,12 +239,14 @@ class MemoryFile:
     lines: tuple[int, ...]
     models: tuple[Optional[dict[str, Any]], ...]
 
-    def checked_for(self, index: MemoryStore) -> list[TextNode]:
+    def checked_for(self, index: MemoryStore, *, replace: bool = False) -> list[TextNode]:
         """The nodes (not copies), once checked against the store they go into: vectors of
         its recorded embedding model only, links to memories of the same user without a
         cycle, and a memory it holds only as it holds it (another text, date, user or
-        metadata under a stored id would change it; links are united). A problem raises
-        :class:`MemoryFileError` naming the line."""
+        metadata under a stored id would change it; links are united). With ``replace``,
+        a line's user and metadata values are taken for a stored id (keys it leaves out
+        stay; the text and date never change: the id is made from them). A problem raises :class:`MemoryFileError`
+        naming the line."""
         identity = embedding_identity(index)
         for line, model in zip(self.lines, self.models, strict=True):
             if model is None or model == identity:
@@ -264,23 +266,41 @@ class MemoryFile:
                   for node in get_memories(index, [node.node_id for node in self.nodes])}
         for line, node in zip(self.lines, self.nodes, strict=True):
             change = _change(stored[node.node_id], node) if node.node_id in stored else None
-            if change is not None:
-                raise MemoryFileError(self.path, line, f"memory {node.node_id} {change}; an "
-                                      "import never changes a stored memory: forget it first "
-                                      "to store this line instead")
+            if change is None:
+                continue
+            key, difference = change
+            if key in (DATE_KEY, "text"):
+                raise MemoryFileError(self.path, line, f"memory {node.node_id} {difference}; "
+                                      "a memory's text and date never change (its id is made "
+                                      "from them): forget it first to store this line instead")
+            if not replace:
+                raise MemoryFileError(self.path, line, f"memory {node.node_id} {difference}; "
+                                      "an import never changes a stored memory: forget it "
+                                      "first, or import with replace (--replace) to take this "
+                                      "line's user and metadata")
         return list(self.nodes)
 
 
-def _change(old: BaseNode, new: BaseNode) -> Optional[str]:
-    """How a line's memory differs from the stored one with its id, links aside (they are
-    united, see :func:`~llama_index_recency.updates.insert_memories`), or None."""
+    def replacing(self, index: MemoryStore) -> list[str]:
+        """The ids of stored memories whose user or metadata this file gives otherwise (what
+        an import with ``replace`` changes; links aside)."""
+        stored = {canonical_id(node.node_id): node
+                  for node in get_memories(index, [node.node_id for node in self.nodes])}
+        return [node.node_id for node in self.nodes
+                if node.node_id in stored and _change(stored[node.node_id], node) is not None]
+
+
+def _change(old: BaseNode, new: BaseNode) -> Optional[tuple[str, str]]:
+    """The first field in which a line's memory differs from the stored one with its id,
+    links aside (they are united, see :func:`~llama_index_recency.updates.insert_memories`),
+    and how; or None."""
     prefix = new.get_content()[:len("YYYY-MM-DD: ")]
     before, after = _fields(old, prefix), _fields(new, prefix)
     first = (DATE_KEY, "text", USER_ID_KEY)
     for key in (*first, *sorted((before.keys() | after.keys()) - set(first))):
         if before.get(key) != after.get(key):
-            return (f"is stored with {_field(key, before)}, this line has "
-                    f"{_field(key, after)}")
+            return key, (f"is stored with {_field(key, before)}, this line has "
+                         f"{_field(key, after)}")
     return None
 
 
@@ -508,10 +528,13 @@ def import_memories(
     index: VectorStoreIndex,
     path: str | os.PathLike[str],
     *,
+    replace: bool = False,
     on_progress: Optional[Progress] = None,
 ) -> int:
     """Store the memories of a JSON Lines file (as :func:`export_memories` writes it);
     returns how many the store did not hold before (0 when the file is imported again).
+    ``replace`` lets a line give a stored memory another user or metadata (its text and
+    date never change); without it such a line is refused.
 
     Every line is checked before anything is stored (:func:`read_memory_file`, then against
     the store: vectors only of its recorded embedding model and dimension, links only to
@@ -524,7 +547,7 @@ def import_memories(
     what a memory already has, batches, ``on_progress``, ``PartialWriteError`` with the
     exact count stored when a batch fails).
     """
-    nodes = read_memory_file(path).checked_for(index)
+    nodes = read_memory_file(path).checked_for(index, replace=replace)
     return len(insert_memories(index, nodes, on_progress=on_progress).new)
 
 
@@ -532,7 +555,9 @@ async def aimport_memories(
     index: VectorStoreIndex,
     path: str | os.PathLike[str],
     *,
+    replace: bool = False,
     on_progress: Optional[Progress] = None,
 ) -> int:
     """Async :func:`import_memories`, run in a thread (embedding and the store block)."""
-    return await asyncio.to_thread(import_memories, index, path, on_progress=on_progress)
+    return await asyncio.to_thread(import_memories, index, path, replace=replace,
+                                   on_progress=on_progress)

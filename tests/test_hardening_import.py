@@ -111,9 +111,13 @@ def test_a_line_changing_a_stored_memory_is_refused_naming_the_line(
     backup = write_lines(tmp_path / "backup.jsonl", line(TEA, "alice"), {**black, **change})
     before = stored(alice_store)
     assert main(["import", str(backup), "--store", alice_store], embed_model=embedding()) == 2
+    advice = ("a memory's text and date never change (its id is made from them): forget it "
+              "first to store this line instead") if ("text" in message or "date" in message) \
+        else ("an import never changes a stored memory: forget it first, or import with "
+              "replace (--replace) to take this line's user and metadata")
     assert error_line(capsys.readouterr().err) == (
         f"error: memory file {backup}, line 2: memory {node_id(BLACK, 'alice')} {message}; "
-        "an import never changes a stored memory: forget it first to store this line instead")
+        f"{advice}")
     assert stored(alice_store) == before  # nothing of the file stored, nothing changed
 
 
@@ -323,3 +327,23 @@ def test_add_file_with_one_memory_under_two_keys_names_both_entries(tmp_path: Pa
     assert error_line(capsys.readouterr().err) == (
         f"error: memory file {path}, memory 3: the same fact, date and user as memory 1 (key "
         "'black_coffee' here, 'coffee' there); keep one of them")
+
+
+def test_import_replace_moves_a_memory_to_another_user_only_when_asked_and_says_so(
+        alice_store: str, tmp_path: Path, capsys) -> None:
+    backup = tmp_path / "backup.jsonl"
+    lines = exported(alice_store, backup, capsys)
+    write_lines(backup, *({**item, "user_id": "bob"} for item in lines))
+    assert main(["import", str(backup), "--store", alice_store, "--replace"],
+                embed_model=embedding()) == 0
+    out = capsys.readouterr().out.splitlines()
+    ids = sorted(item["id"] for item in lines)
+    assert out[-1].startswith("replaced the user or metadata of 2 stored memories: ")
+    assert sorted(out[-1].split(": ")[1].split(", ")) == ids
+    assert {value[1].get("user_id") for value in stored(alice_store).values()} == {"bob"}
+    # The text never changes under an id, not even with --replace.
+    edited = {**lines[0], "user_id": "bob", "text": lines[0]["text"] + " Really."}
+    write_lines(backup, edited)
+    assert main(["import", str(backup), "--store", alice_store, "--replace"],
+                embed_model=embedding()) == 2
+    assert "text and date never change" in capsys.readouterr().err

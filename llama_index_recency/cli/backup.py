@@ -78,13 +78,18 @@ def run_import(args: argparse.Namespace, session: Session) -> int:
     location = Location.of(args, default_store_path())
     with session.store(args.model, location, writes=True) as index:
         try:
-            nodes = memories.checked_for(index)
+            nodes = memories.checked_for(index, replace=args.replace)
         except MemoryFileError as error:
             raise CommandError(f"memory file {error}") from None
+        replaced = memories.replacing(index) if args.replace else []
         written = session.insert(index, nodes)
         total = count_memories(index)
         warning = session.gate_warning(index)
     session.console.print(summary(written, location, total))
+    if replaced:
+        session.console.print(literal(
+            f"replaced the user or metadata of {len(replaced)} stored "
+            f"memor{'y' if len(replaced) == 1 else 'ies'}: {', '.join(replaced)}"))
     if warning:
         session.console.print(literal(warning, "yellow"))
     return 0

@@ -272,6 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
     _model_options(importing)
     _store_options(importing)
     importing.add_argument("path", type=Path, metavar="PATH", help="the file to read")
+    importing.add_argument(
+        "--replace", action="store_true",
+        help="let a line give a stored memory another user or metadata (reported); without "
+        "it such a line is refused")
     importing.set_defaults(run=run_import)
     return parser
 
