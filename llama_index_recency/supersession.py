@@ -6,9 +6,9 @@ the older wording. Among the question's top candidates by relevance, a newer mem
 taken as a version of an older memory A when B is A's most similar candidate once what
 all candidates share is taken out (their mean vector), and that similarity stands
 ``supersede_z`` sd above the mean of the candidates' pairs (relative to the candidates,
-so the same rule holds in languages whose sentences all sit close together). If B's final score is within ``supersede_margin`` of A's, B is placed
-right before A; A is never dropped by this step, only moved below B (it may then fall
-past ``top_n``). Like a linked successor, B enters the prompt with a passing A even when
+so the same rule holds in languages whose sentences all sit close together). If B's final
+score is within ``supersede_margin`` of A's, B is placed right before A; A is never
+dropped by this step, only moved below B (it may then fall past ``top_n``). Like a linked successor, B enters the prompt with a passing A even when
 B's own score is under the threshold. Questions about the past skip the step
 (``RecencyPolicy.for_intent``).
 
@@ -40,7 +40,7 @@ def with_newer_versions(
 ) -> SearchPlan:
     """A plan step: the question's top ``supersede_window`` candidates with their vectors (and
     the ranking's other rows), then :func:`newer_versions_first` over them."""
-    if policy.supersede_margin is None or sum(row.age_days is not None for row in ranking.rows) < 2:
+    if policy.supersede_margin is None or all(row.age_days is None for row in ranking.rows):
         return ranking
     window = list((yield MemorySearch(limit=policy.supersede_window, filters=filters,
                                       with_vectors=True)))
