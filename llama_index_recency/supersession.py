@@ -27,7 +27,7 @@ import numpy as np
 from llama_index.core.schema import NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters
 
-from llama_index_recency.memory import SUPERSEDES_KEY
+from llama_index_recency.memory import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
 from llama_index_recency.scoring import RankedMemory, RecencyPolicy, RecencyRanking
 from llama_index_recency.search import MemorySearch, SearchPlan, candidate_floor
 
@@ -119,12 +119,17 @@ def _versions(window: Sequence[NodeWithScore], z: float) -> dict[str, str]:
 
 
 def _with_links(nearest: dict[str, str], window: Sequence[NodeWithScore]) -> dict[str, str]:
-    """Written links win: a memory that a candidate ``supersedes`` takes that candidate as
-    its version, whatever the vectors say."""
+    """Written links win: a memory that a candidate ``supersedes`` (or that names a candidate
+    in a legacy ``superseded_by``) takes that candidate as its version, whatever the vectors
+    say."""
+    ids = {candidate.node.node_id for candidate in window}
     linked: dict[str, str] = {}
     for candidate in window:
         for older in candidate.node.metadata.get(SUPERSEDES_KEY) or []:
             linked.setdefault(str(older), candidate.node.node_id)
+        for newer in candidate.node.metadata.get(SUPERSEDED_BY_KEY) or []:
+            if newer in ids:
+                linked.setdefault(candidate.node.node_id, str(newer))
     return {**nearest, **linked}
 
 
