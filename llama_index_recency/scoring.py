@@ -233,8 +233,8 @@ class RecencyPolicy(BaseModel):
         description=(
             "How far (in sd of the similarity between the question's top candidates, once "
             "their mean vector is taken out) two memories' similarity must stand above the "
-            "mean for one to be a version of the other; the newer must also be the older "
-            "one's most similar candidate."
+            "mean for one to be a version of the other; the newer must also be the older's "
+            "most similar candidate, and the older among the newer's two most similar."
         ),
     )
     supersede_window: int = Field(

@@ -3,8 +3,9 @@
 When a fact changes ("drinks coffee black" in June, "switched to café au lait" in
 September) both versions answer the question about equally well, and cosine often prefers
 the older wording. Among the question's top candidates by relevance, a newer memory B is
-taken as a version of an older memory A when B is A's most similar candidate once what
-all candidates share is taken out (their mean vector), and that similarity stands
+taken as a version of an older memory A when B is A's most similar candidate and A is
+among B's two most similar (a chain of versions stays linked), once what all candidates
+share is taken out (their mean vector), and their similarity stands
 ``supersede_z`` sd above the mean of the candidates' pairs (relative to the candidates,
 so the same rule holds in languages whose sentences all sit close together). If B's final
 score is within ``supersede_margin`` of A's, B is placed right before A; A is never
@@ -89,9 +90,9 @@ def newer_versions_first(
 
 
 def _versions(window: Sequence[NodeWithScore], z: float) -> dict[str, str]:
-    """For each candidate, its most similar other candidate (vectors centred on the window's
-    mean) when that similarity stands ``z`` sd above the mean of the window's pairs; empty
-    when the window cannot say."""
+    """Each candidate's most similar other candidate (vectors centred on the window's mean),
+    when the candidate is among that one's two most similar in turn and their similarity
+    stands ``z`` sd above the mean of the window's pairs; empty when the window cannot say."""
     if len(window) < 3:
         return {}
     matrix = np.array([c.node.embedding for c in window], dtype=np.float64)
@@ -110,12 +111,9 @@ def _versions(window: Sequence[NodeWithScore], z: float) -> dict[str, str]:
     cut = float(pairs.mean()) + z * spread
     np.fill_diagonal(similarity, -np.inf)
     ids = [c.node.node_id for c in window]
-    versions = {}
-    for position, row in enumerate(similarity):
-        best = int(np.argmax(row))
-        if row[best] >= cut:
-            versions[ids[position]] = ids[best]
-    return versions
+    nearest_two = np.argsort(-similarity, axis=1)[:, :2]
+    return {ids[a]: ids[b] for a, (b, _) in enumerate(nearest_two)
+            if a in nearest_two[b] and similarity[a, b] >= cut}
 
 
 def _with_links(nearest: dict[str, str], window: Sequence[NodeWithScore]) -> dict[str, str]:
