@@ -8,7 +8,8 @@ import unicodedata
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime, timezone
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
 
 from llama_index.core.schema import BaseNode, TextNode
 
@@ -37,6 +38,17 @@ _GENERIC_SUBJECT = re.compile(
     r"\b(?:[Tt]he user|User)\b"  # English: "The user", "the user's", "User"
     r"|(?<![\u30a0-\u30ff])ユーザー(?![\u30a0-\u30ff])"  # Japanese, not inside a longer katakana word
 )
+
+
+Role = Literal["user", "assistant"]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One message of a conversation."""
+
+    role: Role
+    text: str
 
 
 USER_ID_KEY = "user_id"

@@ -33,6 +33,7 @@ from llama_index.core.tools import FunctionTool
 
 from llama_index_recency.errors import FinalWriteError, RetryableWriteError
 from llama_index_recency.errors import MemoryWriteError as MemoryWriteError  # their common base
+from llama_index_recency.memory import Turn as Turn  # a writer's input
 from llama_index_recency.memory import (
     SUBJECT_PLACEHOLDERS,
     SeveralUsersWarning,
@@ -54,8 +55,6 @@ from llama_index_recency.updates import insert_memories
 
 logger = logging.getLogger(__name__)
 
-Role = Literal["user", "assistant"]
-
 MemoryDate = date | datetime | str | None
 
 MAX_CHUNK_CHARS = 8_000
@@ -70,14 +69,6 @@ for the answer. All parts are answered and validated before anything is stored.
 
 EXTRACTION_TOOL = "record_memories"
 """Name of the tool a function-calling LLM is asked to call with its :class:`ExtractedMemories`."""
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One message of a conversation."""
-
-    role: Role
-    text: str
 
 
 class MemoryCandidate(BaseModel):
