@@ -59,8 +59,14 @@ _MOVED: dict[str, tuple[str, ...]] = {
         "RetrievedCandidates", "SEED_GRID", "TargetScore", "ThresholdFit",
     ),
     "edge": ("QdrantEdgeVectorStore",),
-    "embeddings": ("EmbeddingAPIError", "EmbeddingMismatchError", "FallbackEmbedding"),
-    "errors": ("FutureMemoryDateError", "MemoryFileError", "MemoryWriteError", "PartialWriteError"),
+    "embeddings": ("FallbackEmbedding",),
+    "errors": (
+        "EmbeddingAPIError", "EmbeddingMismatchError", "FutureMemoryDateError", "MemoryDateError",
+        "MemoryFileError", "MemoryNotFoundError", "MemoryStoreDamagedError",
+        "MemoryStoreFullError", "MemoryStoreLockedError", "MemoryStoreNotFoundError",
+        "MemoryStoreReadOnlyError", "MemoryStoreUnreachableError", "MemoryWriteError",
+        "PartialWriteError",
+    ),
     "events": ("MemoryRankingRow",),
     "examples": (
         "example_memories", "example_questions", "EXAMPLE_REFERENCE_DATE", "ExampleQuestion",
@@ -70,13 +76,10 @@ _MOVED: dict[str, tuple[str, ...]] = {
     "links": ("amemory_history", "memory_history"),
     "models": ("CALIBRATED_POLICIES", "minilm_embedding", "qwen3_embedding"),
     "prompts": ("RETRIEVED_MEMORY_CONTEXT_TEMPLATE", "RETRIEVED_MEMORY_PROMPT"),
-    "scoring": ("MemoryDateError", "RankedMemory", "RecencyRanking"),
+    "scoring": ("RankedMemory", "RecencyRanking"),
     "store": (
         "aget_memories", "close_memory_index", "count_memories", "get_memories", "get_memory",
-        "MemoryNotFoundError", "MemoryStoreDamagedError", "MemoryStoreFullError",
-        "MemoryStoreLockedError", "MemoryStoreNotFoundError", "MemoryStoreReadOnlyError",
-        "MemoryStoreUnreachableError", "migrate_store", "Migration", "open_memory_store",
-        "save_policy",
+        "migrate_store", "Migration", "open_memory_store", "save_policy",
     ),
     "updates": (
         "aforget", "ainsert_memories", "aupdate_memory", "forget", "insert_memories",

@@ -33,6 +33,7 @@ from llama_index.core.vector_stores.utils import (
 )
 from pydantic_core import PydanticSerializationError
 
+from llama_index_recency.errors import RecencyError
 from llama_index_recency.filters import has_condition, to_edge_filter
 from llama_index_recency.memory import SUPERSEDES_KEY, USER_ID_KEY
 
@@ -62,11 +63,11 @@ _SPACE_HEADROOM = 8 << 20  # index pages touched in MB steps, the flush at close
 _INDEX_BYTES = 4 << 20  # creating a payload index: measured 2.1 MB each on tmpfs
 
 
-class MemoryStoreLockedError(RuntimeError):
+class MemoryStoreLockedError(RecencyError, RuntimeError):
     """The embedded store at a path is already open in another process or handle."""
 
 
-class MemoryStoreReadOnlyError(OSError):
+class MemoryStoreReadOnlyError(RecencyError, OSError):
     """The embedded store is on a read-only filesystem (errno EROFS): Qdrant Edge opens a
     shard for writing even to read it (qdrant-edge-py has no read-only load)."""
 
@@ -77,11 +78,11 @@ class MemoryStoreReadOnlyError(OSError):
         return str(self.strerror)
 
 
-class MemoryStoreDamagedError(RuntimeError):
+class MemoryStoreDamagedError(RecencyError, RuntimeError):
     """Edge cannot load the shard: a file of it is missing, truncated or not what it wrote."""
 
 
-class MemoryStoreFullError(OSError):
+class MemoryStoreFullError(RecencyError, OSError):
     """The disk holding an embedded store has too little free space for what comes next
     (errno ENOSPC); nothing of that was written."""
 

@@ -10,13 +10,33 @@ call failed: asking again may work) and :class:`FinalWriteError` (the LLM answer
 no valid memory came of it: asking again gets the same) are both :class:`MemoryWriteError`;
 :class:`PartialWriteError` says how much of a store write was done (rerunning it stores
 the rest).
+
+The errors of the store, the embedding models and the ranking are defined beside the code
+that raises them and import from here too (``from llama_index_recency.errors import
+MemoryStoreLockedError`` loads the store module on first use).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from datetime import date
 from pathlib import Path
+from typing import Any
+
+_DEFINED_IN = {
+    "EmbeddingAPIError": "embeddings",
+    "EmbeddingMismatchError": "embeddings",
+    "MemoryDateError": "scoring",
+    "MemoryNotFoundError": "store",
+    "MemoryStoreDamagedError": "edge",
+    "MemoryStoreFullError": "edge",
+    "MemoryStoreLockedError": "edge",
+    "MemoryStoreNotFoundError": "store",
+    "MemoryStoreReadOnlyError": "edge",
+    "MemoryStoreUnreachableError": "store",
+}
+"""The errors defined beside the code raising them (which imports this module), by module."""
 
 __all__ = [
     "FinalWriteError",
@@ -26,7 +46,16 @@ __all__ = [
     "PartialWriteError",
     "RecencyError",
     "RetryableWriteError",
+    *_DEFINED_IN,
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """An error defined in a module that imports this one, loaded on first use."""
+    module = _DEFINED_IN.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"llama_index_recency.{module}"), name)
 
 
 class RecencyError(Exception):
