@@ -31,16 +31,10 @@ from pathlib import Path
 import numpy as np
 from llama_index.core.schema import MetadataMode, TextNode
 
-from llama_index_recency import (
-    close_memory_index,
-    count_memories,
-    export_memories,
-    import_memories,
-    insert_memories,
-    memory_node,
-    offline_embedding,
-    open_memory_index,
-)
+from llama_index_recency import memory_node, offline_embedding, open_memory_index
+from llama_index_recency.backup import export_memories, import_memories
+from llama_index_recency.store import close_memory_index, count_memories
+from llama_index_recency.updates import insert_memories
 
 RESULTS = Path(__file__).resolve().parent / "results"
 THINGS = ("green tea", "trains", "jazz", "ramen", "hiking", "chess", "sourdough", "cats",

@@ -44,6 +44,7 @@ from typing import Any, Optional
 from llama_index.core import VectorStoreIndex
 from llama_index.core.schema import BaseNode, TextNode
 
+from llama_index_recency.errors import MemoryFileError
 from llama_index_recency.links import LINK_KEYS, check_link, linked_ids
 from llama_index_recency.memory import (
     SUPERSEDED_BY_KEY,
@@ -82,14 +83,6 @@ __all__ = [
     "read_memory_file",
     "write_memory_file",
 ]
-
-
-class MemoryFileError(ValueError):
-    """A line of a memory file that cannot be imported; nothing of the file was stored."""
-
-    def __init__(self, path: str | os.PathLike[str], line: int, problem: str) -> None:
-        self.path, self.line, self.problem = Path(path), line, problem
-        super().__init__(f"{path}, line {line}: {problem}")
 
 
 # --- export ---------------------------------------------------------------------------

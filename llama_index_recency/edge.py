@@ -36,6 +36,7 @@ from llama_index.core.vector_stores.utils import (
 )
 from pydantic_core import PydanticSerializationError
 
+from llama_index_recency.errors import RecencyError
 from llama_index_recency.filters import has_condition, to_edge_filter
 from llama_index_recency.memory import SUPERSEDES_KEY, USER_ID_KEY
 
@@ -69,11 +70,11 @@ _COLD_STORAGE = "payload_storage"  # a segment's directory Edge maps without fil
 _COPY_PREFIX = "llama-index-recency-copy-"
 
 
-class MemoryStoreLockedError(RuntimeError):
+class MemoryStoreLockedError(RecencyError, RuntimeError):
     """The embedded store at a path is already open in another process or handle."""
 
 
-class MemoryStoreReadOnlyError(OSError):
+class MemoryStoreReadOnlyError(RecencyError, OSError):
     """The embedded store is on a read-only filesystem (errno EROFS). Qdrant Edge loads a
     shard for writing even to read it (qdrant-edge-py has no read-only load), so the store
     is read from a temporary copy: raised by a write, or when no copy can be made."""
@@ -85,11 +86,11 @@ class MemoryStoreReadOnlyError(OSError):
         return str(self.strerror)
 
 
-class MemoryStoreDamagedError(RuntimeError):
+class MemoryStoreDamagedError(RecencyError, RuntimeError):
     """Edge cannot load the shard: a file of it is missing, truncated or not what it wrote."""
 
 
-class MemoryStoreFullError(OSError):
+class MemoryStoreFullError(RecencyError, OSError):
     """The disk holding an embedded store has too little free space for what comes next
     (errno ENOSPC); nothing of that was written."""
 

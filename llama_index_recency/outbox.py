@@ -23,8 +23,8 @@ from typing import Any, Callable, Optional, Sequence
 from llama_index.core.schema import BaseNode, TextNode
 
 from llama_index_recency.edge import QdrantEdgeVectorStore
+from llama_index_recency.memory import Turn
 from llama_index_recency.store import EDGE_DIRECTORY, MemoryStore, vector_store_of
-from llama_index_recency.writer import Turn
 
 logger = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ from llama_index.core.bridge.pydantic import (
 )
 from llama_index.core.schema import NodeWithScore
 
+from llama_index_recency.errors import RecencyError
 from llama_index_recency.intent import Intent
 
 logger = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ DROPPED_NO_DATE = "dropped: no date"
 """``RankedMemory.reason`` of a candidate left out by ``on_missing_date='drop'``."""
 
 
-class MemoryDateError(ValueError):
+class MemoryDateError(RecencyError, ValueError):
     """A memory's date is missing or unreadable and the policy says to raise."""
 
 

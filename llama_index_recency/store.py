@@ -51,6 +51,7 @@ from llama_index_recency.edge import (
     QdrantEdgeVectorStore,
 )
 from llama_index_recency.embeddings import EmbeddingMismatchError
+from llama_index_recency.errors import RecencyError
 from llama_index_recency.filters import has_condition, memory_scope, to_qdrant_filter
 from llama_index_recency.memory import is_memory_id
 from llama_index_recency.models import CALIBRATED_POLICIES
@@ -100,11 +101,11 @@ __all__ = [
 ]
 
 
-class MemoryStoreNotFoundError(FileNotFoundError):
+class MemoryStoreNotFoundError(RecencyError, FileNotFoundError):
     """A command that only reads was pointed at a path that holds no memory store."""
 
 
-class MemoryStoreUnreachableError(ConnectionError):
+class MemoryStoreUnreachableError(RecencyError, ConnectionError):
     """The Qdrant server at a url did not answer (nothing listening, no route, a timeout)."""
 
 
@@ -340,7 +341,7 @@ def get_memories(
     return sorted(select_nodes(vector_store_of(index), ids, filters), key=_newest_first)
 
 
-class MemoryNotFoundError(LookupError):
+class MemoryNotFoundError(RecencyError, LookupError):
     """No memory with that id (in that user's memories, when a user is given)."""
 
     def __init__(self, node_id: str, user_id: Optional[str] = None) -> None:

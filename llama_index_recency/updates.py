@@ -25,6 +25,7 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
+from llama_index_recency.errors import PartialWriteError
 from llama_index_recency.filters import memory_scope
 from llama_index_recency.links import (
     LINK_KEYS,
@@ -64,17 +65,6 @@ Progress = Callable[[str, int, int], None]
 # A re-added memory is read, merged and written back; forget rewrites the links of the
 # memories around the deleted ones: one of these at a time in this process.
 _WRITES = threading.RLock()
-
-
-class PartialWriteError(RuntimeError):
-    """A write that stopped part way: ``stored`` of ``total`` memories are in the store.
-
-    Rerunning the same write stores the rest (stored ones are skipped)."""
-
-    def __init__(self, stored: int, total: int, reason: str) -> None:
-        self.stored, self.total, self.reason = stored, total, reason
-        super().__init__(f"stored {stored} of {total} memor{'y' if total == 1 else 'ies'}; "
-                         f"{total - stored} not stored: {reason}")
 
 
 @dataclass(frozen=True)

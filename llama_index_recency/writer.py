@@ -31,6 +31,9 @@ from llama_index.core.prompts import BasePromptTemplate, ChatPromptTemplate
 from llama_index.core.schema import BaseNode, TextNode
 from llama_index.core.tools import FunctionTool
 
+from llama_index_recency.errors import FinalWriteError, RetryableWriteError
+from llama_index_recency.errors import MemoryWriteError as MemoryWriteError  # their common base
+from llama_index_recency.memory import Turn as Turn  # a writer's input
 from llama_index_recency.memory import (
     SUBJECT_PLACEHOLDERS,
     SeveralUsersWarning,
@@ -52,8 +55,6 @@ from llama_index_recency.updates import insert_memories
 
 logger = logging.getLogger(__name__)
 
-Role = Literal["user", "assistant"]
-
 MemoryDate = date | datetime | str | None
 
 MAX_CHUNK_CHARS = 8_000
@@ -68,22 +69,6 @@ for the answer. All parts are answered and validated before anything is stored.
 
 EXTRACTION_TOOL = "record_memories"
 """Name of the tool a function-calling LLM is asked to call with its :class:`ExtractedMemories`."""
-
-
-class MemoryWriteError(RuntimeError):
-    """Memories could not be made from a conversation; nothing was stored.
-
-    Raised when the LLM call fails, its answer is malformed (not a JSON object, no
-    ``memories`` field, off the schema), or it proposed facts and none of them is valid.
-    """
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One message of a conversation."""
-
-    role: Role
-    text: str
 
 
 class MemoryCandidate(BaseModel):
@@ -217,8 +202,10 @@ def extract_memories(
     non-user turn, no explicit subject, more than one line, an instruction to the
     assistant, too long, an update of a memory not shown or of another user's) is left out
     and named, with its turn and the reason, in one warning on this module's logger; the
-    valid ones are returned. Raises :class:`MemoryWriteError` when a call fails, an answer
-    is not :class:`ExtractedMemories`, or facts were proposed and none is valid. A
+    valid ones are returned. Raises
+    :class:`~llama_index_recency.errors.RetryableWriteError` when a call fails, and
+    :class:`~llama_index_recency.errors.FinalWriteError` when an answer is not
+    :class:`ExtractedMemories` or facts were proposed and none is valid. A
     ``memory_date`` more than one day after today raises
     :class:`~llama_index_recency.memory.FutureMemoryDateError` before any LLM call, unless
     ``allow_future=True``.
@@ -404,7 +391,7 @@ class _Job:
         """Validate every candidate of every part and build the valid ones' nodes.
 
         Invalid candidates are left out and named (turn, fact, reason) in one warning; when
-        candidates were proposed and none is valid, :class:`MemoryWriteError` names them all.
+        candidates were proposed and none is valid, :class:`FinalWriteError` names them all.
         """
         problems = []
         nodes: dict[str, TextNode] = {}
@@ -429,7 +416,7 @@ class _Job:
                     continue
                 nodes.setdefault(node.node_id, node)  # the same fact twice is one memory
         if problems and not nodes:
-            raise MemoryWriteError(
+            raise FinalWriteError(
                 "the LLM proposed no valid memory, so nothing was stored: " + "; ".join(problems)
             )
         if problems:
@@ -488,7 +475,7 @@ def _read_answer(llm: LLM, response: ChatResponse) -> ExtractedMemories:
     data = calls[0].tool_kwargs if calls else _json_object(response.message.content or "")
     if not isinstance(data, dict) or "memories" not in data:
         got = sorted(data) if isinstance(data, dict) else type(data).__name__
-        raise MemoryWriteError(
+        raise FinalWriteError(
             f"the LLM's answer has no 'memories' field (got {got}); nothing was stored"
         )
     try:
@@ -496,7 +483,7 @@ def _read_answer(llm: LLM, response: ChatResponse) -> ExtractedMemories:
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(step) for step in first["loc"])
-        raise MemoryWriteError(
+        raise FinalWriteError(
             f"the LLM's answer does not fit the memory schema ({where}: {first['msg']}); "
             "nothing was stored"
         ) from None
@@ -509,7 +496,7 @@ def _json_object(text: str) -> Any:
     try:
         return json.loads(answer[start : end + 1]) if 0 <= start < end else json.loads(answer)
     except ValueError:
-        raise MemoryWriteError(
+        raise FinalWriteError(
             f"the LLM's answer is not a JSON object ({answer.strip()[:80]!r}); nothing was stored"
         ) from None
 
@@ -518,8 +505,8 @@ def _quoted(fact: str, limit: int = 100) -> str:
     return repr(fact) if len(fact) <= limit else repr(fact[:limit]) + "..."
 
 
-def _llm_failed(error: Exception) -> MemoryWriteError:
-    return MemoryWriteError(
+def _llm_failed(error: Exception) -> RetryableWriteError:
+    return RetryableWriteError(
         f"the LLM could not extract memories ({type(error).__name__}: {error}); "
         "nothing was stored"
     )

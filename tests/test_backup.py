@@ -10,23 +10,22 @@ from pathlib import Path
 import pytest
 from llama_index.core.schema import MetadataMode
 
-from llama_index_recency import (
-    MemoryFileError,
-    QdrantRecencyRetriever,
+from llama_index_recency import QdrantRecencyRetriever, index_policy, memory_node, open_memory_index
+from llama_index_recency.backup import (
     aexport_memories,
     aimport_memories,
+    export_memories,
+    import_memories,
+)
+from llama_index_recency.errors import MemoryFileError
+from llama_index_recency.links import memory_history
+from llama_index_recency.store import (
     close_memory_index,
     count_memories,
-    export_memories,
     get_memories,
-    import_memories,
-    index_policy,
-    insert_memories,
-    memory_history,
-    memory_node,
-    open_memory_index,
     open_memory_store,
 )
+from llama_index_recency.updates import insert_memories
 from llama_index_recency.backup import read_memory_file
 from llama_index_recency.memory import SUPERSEDED_BY_KEY
 

@@ -16,7 +16,8 @@ import pytest
 from llama_index.core import MockEmbedding
 from llama_index.core.schema import MetadataMode, TextNode
 
-from llama_index_recency import forget, memory_node, open_memory_index
+from llama_index_recency import memory_node, open_memory_index
+from llama_index_recency.updates import forget
 from llama_index_recency import updates
 from llama_index_recency.memory import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
 from llama_index_recency.outbox import Conversation, Outbox

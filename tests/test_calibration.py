@@ -11,16 +11,18 @@ from conftest import KnownCosineEmbedding, cosines_for
 from llama_index.core.schema import NodeWithScore
 
 from llama_index_recency import (
-    EXAMPLE_REFERENCE_DATE,
-    ExampleQuestion,
     RecencyBonusPostprocessor,
     QdrantRecencyRetriever,
     RecencyPolicy,
-    example_memories,
-    example_questions,
     index_policy,
     memory_node,
     open_memory_index,
+)
+from llama_index_recency.examples import (
+    example_memories,
+    example_questions,
+    EXAMPLE_REFERENCE_DATE,
+    ExampleQuestion,
 )
 from llama_index_recency.calibration import (
     NOISE_MARGIN,

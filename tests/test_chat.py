@@ -11,8 +11,6 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from llama_index_recency import (
-    RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
-    RETRIEVED_MEMORY_PROMPT,
     MemoryResponseSynthesizer,
     RecencyBonusPostprocessor,
     RecencyChatEngine,
@@ -20,6 +18,7 @@ from llama_index_recency import (
     open_memory_index,
     openai_like_llm,
 )
+from llama_index_recency.prompts import RETRIEVED_MEMORY_CONTEXT_TEMPLATE, RETRIEVED_MEMORY_PROMPT
 from llama_index_recency.prompts import MEMORY_RULES
 
 from conftest import QUERY, KnownCosineEmbedding, OpenAIServer, cosines_for

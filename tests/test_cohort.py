@@ -10,14 +10,13 @@ from conftest import KnownCosineEmbedding
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_recency import (
-    EXAMPLE_REFERENCE_DATE,
     QdrantRecencyRetriever,
     RecencyBonusPostprocessor,
     RecencyPolicy,
-    example_memories,
     memory_node,
     open_memory_index,
 )
+from llama_index_recency.examples import example_memories, EXAMPLE_REFERENCE_DATE
 from llama_index_recency.cohort import (
     COHORT_LANGUAGES,
     QueryScale,

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from llama_index_recency import (
-    EXAMPLE_REFERENCE_DATE,
-    RecencyPolicy,
-    example_memories,
-    index_policy,
-    memory_node,
-    open_memory_index,
-    save_policy,
-)
+from llama_index_recency import RecencyPolicy, index_policy, memory_node, open_memory_index
+from llama_index_recency.examples import example_memories, EXAMPLE_REFERENCE_DATE
+from llama_index_recency.store import save_policy
 from llama_index_recency.cohort import cohort_texts
 from llama_index_recency.gate import (
     MAX_BRING_UP,

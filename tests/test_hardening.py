@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from llama_index_recency import (
-    MemoryDateError,
     RecencyBonusPostprocessor,
     RecencyChatEngine,
     RecencyPolicy,
@@ -26,6 +25,7 @@ from llama_index_recency import (
     open_memory_index,
     openai_like_llm,
 )
+from llama_index_recency.scoring import MemoryDateError
 from llama_index_recency.store import (
     MemoryStoreLockedError,
     close_memory_index,

@@ -11,15 +11,10 @@ from pathlib import Path
 import pytest
 from conftest import KnownCosineEmbedding, error_line
 
-from llama_index_recency import (
-    close_memory_index,
-    get_memories,
-    insert_memories,
-    memory_history,
-    memory_node,
-    open_memory_index,
-    open_memory_store,
-)
+from llama_index_recency import memory_node, open_memory_index
+from llama_index_recency.links import memory_history
+from llama_index_recency.store import close_memory_index, get_memories, open_memory_store
+from llama_index_recency.updates import insert_memories
 from llama_index_recency.cli import main
 from llama_index_recency.memory import SUPERSEDES_KEY
 

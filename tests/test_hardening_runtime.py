@@ -17,7 +17,6 @@ from llama_index.core.base.llms.types import ChatMessage
 
 from llama_index_recency import (
     RecencyMemoryBlock,
-    close_memory_index,
     memory_node,
     open_memory_index,
     openai_like_llm,
@@ -25,6 +24,7 @@ from llama_index_recency import (
 from llama_index_recency.cli import main
 from llama_index_recency.embeddings import MAX_QUERY_CHARS, FallbackEmbedding
 from llama_index_recency.outbox import Conversation, Outbox
+from llama_index_recency.store import close_memory_index
 from llama_index_recency.writer import Turn
 
 pytestmark = pytest.mark.usefixtures("cli_environment")

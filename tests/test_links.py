@@ -13,14 +13,13 @@ import pytest
 from conftest import QUERY, KnownCosineEmbedding, cosines_for
 
 from llama_index_recency import (
-    MemoryNotFoundError,
     QdrantRecencyRetriever,
     RecencyPolicy,
-    amemory_history,
-    memory_history,
     memory_node,
     open_memory_index,
 )
+from llama_index_recency.links import amemory_history, memory_history
+from llama_index_recency.store import MemoryNotFoundError
 from llama_index_recency.memory import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
 
 POLICY = RecencyPolicy(threshold=0.45, reference_date="2026-09-10")

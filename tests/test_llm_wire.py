@@ -13,8 +13,6 @@ from llama_index.core.prompts import PromptTemplate
 from llama_index.core.tools import FunctionTool
 
 from llama_index_recency import (
-    RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
-    RETRIEVED_MEMORY_PROMPT,
     MemoryResponseSynthesizer,
     RecencyBonusPostprocessor,
     RecencyChatEngine,
@@ -22,6 +20,7 @@ from llama_index_recency import (
     open_memory_index,
     openai_like_llm,
 )
+from llama_index_recency.prompts import RETRIEVED_MEMORY_CONTEXT_TEMPLATE, RETRIEVED_MEMORY_PROMPT
 
 from conftest import QUERY, KnownCosineEmbedding, OpenAIServer, ToolCall, cosines_for
 

@@ -8,12 +8,9 @@ from datetime import date, datetime, timedelta, timezone
 import pytest
 from llama_index.core.schema import MetadataMode
 
-from llama_index_recency import (
-    FutureMemoryDateError,
-    example_memories,
-    example_questions,
-    memory_node,
-)
+from llama_index_recency import memory_node
+from llama_index_recency.errors import FutureMemoryDateError
+from llama_index_recency.examples import example_memories, example_questions
 from llama_index_recency.memory import MAX_FACT_CHARS, memory_id, with_subject
 
 

@@ -35,14 +35,12 @@ from llama_index_recency.store import check_memory_store
 from llama_index_recency import (
     RecencyMemoryBlock,
     RecencyPolicy,
-    close_memory_index,
-    count_memories,
-    forget,
-    get_memories,
     memory_node,
     open_memory_index,
     openai_like_llm,
 )
+from llama_index_recency.store import close_memory_index, count_memories, get_memories
+from llama_index_recency.updates import forget
 
 from conftest import KnownCosineEmbedding, OpenAIServer, ToolCall, _handler
 

@@ -7,14 +7,8 @@ import math
 
 import pytest
 
-from llama_index_recency import (
-    EXAMPLE_REFERENCE_DATE,
-    RecencyBonusPostprocessor,
-    example_memories,
-    example_questions,
-    index_policy,
-    open_memory_index,
-)
+from llama_index_recency import RecencyBonusPostprocessor, index_policy, open_memory_index
+from llama_index_recency.examples import example_memories, example_questions, EXAMPLE_REFERENCE_DATE
 from llama_index_recency.models import CALIBRATED_POLICIES, MINILM_EMBEDDING
 
 

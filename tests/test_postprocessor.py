@@ -10,12 +10,8 @@ import pytest
 from conftest import KnownCosineEmbedding, cosines_for
 from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
 
-from llama_index_recency import (
-    MemoryDateError,
-    RecencyBonusPostprocessor,
-    memory_node,
-    open_memory_index,
-)
+from llama_index_recency import RecencyBonusPostprocessor, memory_node, open_memory_index
+from llama_index_recency.scoring import MemoryDateError
 
 SEED_TODAY = "2026-09-10"
 

@@ -69,6 +69,13 @@ def test_the_readme_has_snippets() -> None:
     assert any(line.startswith("llama-index-recency list --json") for line in cli_lines())
 
 
+def test_the_quick_start_and_the_agent_example_use_recency_memory() -> None:
+    quick_start = blocks("python")[0]
+    agent = next(code for code in blocks("python") if "FunctionAgent" in code)
+    assert "memory = RecencyMemory(" in quick_start and "memory.add(" in quick_start
+    assert "memory.as_memory_block(" in agent
+
+
 def test_python_snippets_run_in_order(readme_env: OpenAIServer) -> None:
     namespace: dict[str, object] = {"__name__": "__readme__"}
     root = get_dispatcher()

@@ -21,12 +21,12 @@ from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import AsyncQdrantClient, QdrantClient
 
 from llama_index_recency import (
-    MemoryDateError,
     RecencyBonusPostprocessor,
     RecencyPolicy,
     memory_node,
     open_memory_index,
 )
+from llama_index_recency.scoring import MemoryDateError
 from llama_index_recency.edge import QdrantEdgeVectorStore
 from llama_index_recency.retriever import QdrantRecencyRetriever
 from tests.conftest import QUERY, KnownCosineEmbedding, cosines_for

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from llama_index.core.schema import NodeWithScore, TextNode
 
-from llama_index_recency import MemoryDateError, RecencyPolicy
+from llama_index_recency import RecencyPolicy
+from llama_index_recency.scoring import MemoryDateError
 from llama_index_recency.scoring import parse_memory_date
 from llama_index_recency.search import MemorySearch, exact_recency_search
 

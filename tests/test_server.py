@@ -15,11 +15,11 @@ import pytest
 from llama_index_recency import (
     QdrantRecencyRetriever,
     RecencyBonusPostprocessor,
-    close_memory_index,
-    forget,
     memory_node,
     open_memory_index,
 )
+from llama_index_recency.store import close_memory_index
+from llama_index_recency.updates import forget
 
 from conftest import QUERY, KnownCosineEmbedding, cosines_for
 

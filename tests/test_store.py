@@ -261,7 +261,8 @@ def test_the_saved_policy_is_read_through_an_async_only_client_too(tmp_path: Pat
 
 
 def test_get_memories_of_one_user_newest_first_and_the_async_twins(tmp_path) -> None:
-    from llama_index_recency import aforget, aget_memories, get_memories
+    from llama_index_recency.store import aget_memories, get_memories
+    from llama_index_recency.updates import aforget
 
     embed = KnownCosineEmbedding({memory_node(f"Fact {i}.", d, user_id=u).get_content(): 0.5
                                   for i, (d, u) in enumerate(DAYS_USERS)})

@@ -9,17 +9,15 @@ import pytest
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_recency import (
-    MemoryNotFoundError,
-    PartialWriteError,
     QdrantRecencyRetriever,
     RecencyBonusPostprocessor,
-    aforget,
-    aupdate_memory,
-    memory_history,
     memory_node,
     open_memory_index,
-    update_memory,
 )
+from llama_index_recency.errors import PartialWriteError
+from llama_index_recency.links import memory_history
+from llama_index_recency.store import MemoryNotFoundError
+from llama_index_recency.updates import aforget, aupdate_memory, update_memory
 from llama_index_recency.store import (
     count_memories,
     delete_memories,

@@ -13,15 +13,14 @@ from llama_index.core.schema import TextNode
 from llama_index.llms.openai_like import OpenAILike
 
 from llama_index_recency import (
-    FutureMemoryDateError,
     RecencyBonusPostprocessor,
-    count_memories,
-    get_memories,
-    memory_history,
     memory_node,
     open_memory_index,
     openai_like_llm,
 )
+from llama_index_recency.errors import FutureMemoryDateError
+from llama_index_recency.links import memory_history
+from llama_index_recency.store import count_memories, get_memories
 from llama_index_recency.embeddings import EmbeddingAPIError, FallbackEmbedding
 from llama_index_recency.writer import (
     EXTRACTION_TOOL,

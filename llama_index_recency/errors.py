@@ -1,0 +1,110 @@
+"""Every error llama-index-recency raises on purpose, under one root: :class:`RecencyError`.
+
+Each error also keeps its standard base (``except ValueError`` catches a
+:class:`FutureMemoryDateError`, ``except OSError`` a full disk), so code written against
+those bases keeps working. ``except RecencyError`` catches them all; anything else
+escaping the package is a bug or a failure of something below it.
+
+A write that failed can be worth repeating or not: :class:`RetryableWriteError` (the LLM
+call failed: asking again may work) and :class:`FinalWriteError` (the LLM answered and
+no valid memory came of it: asking again gets the same) are both :class:`MemoryWriteError`;
+:class:`PartialWriteError` says how much of a store write was done (rerunning it stores
+the rest).
+
+The errors of the store, the embedding models and the ranking are defined beside the code
+that raises them and import from here too (``from llama_index_recency.errors import
+MemoryStoreLockedError`` loads the store module on first use).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+_DEFINED_IN = {
+    "EmbeddingAPIError": "embeddings",
+    "EmbeddingMismatchError": "embeddings",
+    "MemoryDateError": "scoring",
+    "MemoryNotFoundError": "store",
+    "MemoryStoreDamagedError": "edge",
+    "MemoryStoreFullError": "edge",
+    "MemoryStoreLockedError": "edge",
+    "MemoryStoreNotFoundError": "store",
+    "MemoryStoreReadOnlyError": "edge",
+    "MemoryStoreUnreachableError": "store",
+}
+"""The errors defined beside the code raising them (which imports this module), by module."""
+
+__all__ = [
+    "FinalWriteError",
+    "FutureMemoryDateError",
+    "MemoryFileError",
+    "MemoryWriteError",
+    "PartialWriteError",
+    "RecencyError",
+    "RetryableWriteError",
+    *_DEFINED_IN,
+]
+
+
+def __getattr__(name: str) -> Any:
+    """An error defined in a module that imports this one, loaded on first use."""
+    module = _DEFINED_IN.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"llama_index_recency.{module}"), name)
+
+
+class RecencyError(Exception):
+    """The root of every error llama-index-recency raises on purpose."""
+
+
+class FutureMemoryDateError(RecencyError, ValueError):
+    """A memory dated after tomorrow: it would keep the full recency bonus until that day.
+
+    ``day`` is the memory's calendar day, ``today`` the reference day it was checked against.
+    """
+
+    def __init__(self, day: date, today: date, hint: str = "pass allow_future=True") -> None:
+        self.day, self.today = day, today
+        super().__init__(f"the memory's date {day.isoformat()} is after tomorrow (today is "
+                         f"{today.isoformat()}); {hint} if that is meant")
+
+
+class MemoryFileError(RecencyError, ValueError):
+    """A line of a memory file that cannot be imported; nothing of the file was stored."""
+
+    def __init__(self, path: str | os.PathLike[str], line: int, problem: str) -> None:
+        self.path, self.line, self.problem = Path(path), line, problem
+        super().__init__(f"{path}, line {line}: {problem}")
+
+
+class PartialWriteError(RecencyError, RuntimeError):
+    """A write that stopped part way: ``stored`` of ``total`` memories are in the store.
+
+    Rerunning the same write stores the rest (stored ones are skipped)."""
+
+    def __init__(self, stored: int, total: int, reason: str) -> None:
+        self.stored, self.total, self.reason = stored, total, reason
+        super().__init__(f"stored {stored} of {total} memor{'y' if total == 1 else 'ies'}; "
+                         f"{total - stored} not stored: {reason}")
+
+
+class MemoryWriteError(RecencyError, RuntimeError):
+    """Memories could not be made from a conversation; nothing was stored.
+
+    Raised as one of its two kinds: :class:`RetryableWriteError` or :class:`FinalWriteError`.
+    """
+
+
+class RetryableWriteError(MemoryWriteError):
+    """The LLM call failed (HTTP error, timeout, refused connection): writing the same
+    conversation again may succeed. The failure is the ``__cause__``."""
+
+
+class FinalWriteError(MemoryWriteError):
+    """The LLM answered, but no valid memory came of it (not a JSON object, no ``memories``
+    field, off the schema, or every proposed fact invalid): asking again gets the same."""

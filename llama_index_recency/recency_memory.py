@@ -1,0 +1,406 @@
+""":class:`RecencyMemory`: one object for a memory store, its embedding, its policy and a user.
+
+It binds what the module-level functions take on every call (the index, the policy, the
+user id) and delegates to them: writes go through
+:func:`~llama_index_recency.updates.insert_memories`, search is the exact retriever's
+ranking, and the integrations (retriever, agent memory block, chat engine) are built
+over the same store and policy. Every blocking method ``X`` has an async twin ``aX``
+that runs ``X`` in a worker thread (the store's calls block).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import date, datetime
+from types import TracebackType
+from typing import Any, Concatenate, Optional, ParamSpec, TypeVar
+
+from llama_index.core import VectorStoreIndex
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.llms import LLM
+from llama_index.core.schema import BaseNode, TextNode
+from llama_index.core.vector_stores.types import MetadataFilters
+
+from llama_index_recency.backup import export_memories, import_memories
+from llama_index_recency.chat import RecencyChatEngine
+from llama_index_recency.filters import memory_scope
+from llama_index_recency.gate import MAX_BRING_UP, GateFit, calibrate_gate
+from llama_index_recency.links import memory_history
+from llama_index_recency.memory import memory_node
+from llama_index_recency.memory_block import RecencyMemoryBlock
+from llama_index_recency.models import offline_embedding
+from llama_index_recency.retriever import QdrantRecencyRetriever
+from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
+from llama_index_recency.store import (
+    close_memory_index,
+    get_memories,
+    get_memory,
+    index_policy,
+    open_memory_index,
+    save_policy,
+)
+from llama_index_recency.updates import (
+    Progress,
+    StoredMemories,
+    forget,
+    insert_memories,
+    update_memory,
+)
+from llama_index_recency.writer import Turn, remember
+
+MemoryDate = date | datetime | str
+Fact = tuple[str, MemoryDate]
+"""A fact to store and its date: ``("The user has switched to green tea.", "2026-09-09")``."""
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _in_thread(
+    method: Callable[Concatenate[RecencyMemory, _P], _R],
+) -> Callable[Concatenate[RecencyMemory, _P], Awaitable[_R]]:
+    """The async twin of ``method``: the same parameters, run in a worker thread."""
+
+    @functools.wraps(method)
+    async def twin(self: RecencyMemory, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return await asyncio.to_thread(method, self, *args, **kwargs)
+
+    twin.__name__ = twin.__qualname__ = f"a{method.__name__}"
+    twin.__doc__ = f"Async :meth:`{method.__name__}`, run in a worker thread.\n\n{method.__doc__}"
+    return twin
+
+
+class RecencyMemory:
+    """A memory store with its embedding model, ranking policy and (optionally) user.
+
+    ``RecencyMemory(path="./memories")`` opens (or creates) a Qdrant Edge store on disk
+    with the bundled offline model; ``url=`` a Qdrant server; neither, a temporary store.
+
+    Args:
+        embed_model: The embedding model (default: :func:`offline_embedding`, the bundled
+            multilingual e5-small). A store records its model: another one raises
+            :class:`~llama_index_recency.embeddings.EmbeddingMismatchError`.
+        path: Directory of an embedded store, created if needed.
+        url: A Qdrant server's url (``api_key`` for it); not with ``path``.
+        index: An index already opened with :func:`open_memory_index` (then ``embed_model``,
+            ``path``, ``url`` and ``open_options`` must not be given).
+        policy: The ranking policy (default: the store's, :func:`index_policy`).
+        user_id: Whose memories: every read and write is scoped to this user; None, unscoped.
+        user_name: Replaces the generic subject ("The user") of the facts written.
+        llm: The LLM :meth:`remember`, :meth:`as_memory_block` and :meth:`chat_engine` use.
+        open_options: More arguments for :func:`open_memory_index` (``collection_name``, ...).
+
+    Raises:
+        MemoryStoreLockedError: The embedded store is open in another process.
+        MemoryStoreUnreachableError: The server at ``url`` does not answer.
+        EmbeddingMismatchError: The store was written with another embedding model.
+        ValueError: ``index`` given with the arguments that open one.
+    """
+
+    def __init__(
+        self,
+        embed_model: Optional[BaseEmbedding] = None,
+        *,
+        path: Optional[str | os.PathLike[str]] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        index: Optional[VectorStoreIndex] = None,
+        policy: Optional[RecencyPolicy] = None,
+        user_id: Optional[str] = None,
+        user_name: Optional[str] = None,
+        llm: Optional[LLM] = None,
+        **open_options: Any,
+    ) -> None:
+        if index is not None:
+            given = [name for name, value in (("embed_model", embed_model), ("path", path),
+                                              ("url", url), ("api_key", api_key))
+                     if value is not None] + sorted(open_options)
+            if given:
+                raise ValueError(f"RecencyMemory takes an open index or what opens one, not "
+                                 f"both: got index and {', '.join(given)}")
+        else:
+            index = open_memory_index(embed_model or offline_embedding(), path=path, url=url,
+                                      api_key=api_key, **open_options)
+        self.index: VectorStoreIndex = index
+        """The memory index (a ``VectorStoreIndex`` over the store)."""
+        self.policy: RecencyPolicy = policy or index_policy(index)
+        """The policy every search and integration ranks with."""
+        self.user_id, self.user_name, self.llm = user_id, user_name, llm
+
+    # --- writing ----------------------------------------------------------------------
+
+    def add(
+        self,
+        memories: Iterable[BaseNode | Fact],
+        *,
+        on_progress: Optional[Progress] = None,
+    ) -> StoredMemories:
+        """Store memories: facts with their dates, or nodes made with :func:`memory_node`.
+
+        Args:
+            memories: ``(fact, date)`` pairs (made into memories of this object's user and
+                user name) or ready nodes (stored as given).
+            on_progress: Called with ``(phase, done, total)`` as batches are embedded and
+                stored.
+
+        Returns:
+            What was stored, by memory id: new, changed (with the metadata they had) and
+            unchanged (already stored as given: storing twice writes nothing).
+
+        Raises:
+            ValueError: A fact that is empty, too long or has no subject; a date that cannot
+                be read (:class:`FutureMemoryDateError` for one after tomorrow); other text
+                under a stored memory's id.
+            PartialWriteError: A batch failed; it says how many memories were stored.
+        """
+        nodes = [memory if isinstance(memory, BaseNode)
+                 else memory_node(memory[0], memory[1], user_id=self.user_id,
+                                  user_name=self.user_name)
+                 for memory in memories]
+        return insert_memories(self.index, nodes, on_progress=on_progress)
+
+    def update(self, memory_id: str, text: str, memory_date: MemoryDate, **node_options: Any
+               ) -> TextNode:
+        """Store a new version of a memory: a fact that supersedes it (the old one is kept).
+
+        Args:
+            memory_id: The memory to update (of this object's user, when it has one).
+            text: The new fact.
+            memory_date: Its date, no earlier than the old memory's.
+            node_options: More arguments for :func:`memory_node` (``user_name``, ``metadata``).
+
+        Returns:
+            The new memory, as stored.
+
+        Raises:
+            MemoryNotFoundError: No such memory (of this user).
+            ValueError: A date before the old memory's, or a fact :func:`memory_node` refuses.
+        """
+        node_options.setdefault("user_name", self.user_name)
+        return update_memory(self.index, memory_id, text, memory_date, user_id=self.user_id,
+                             **node_options)
+
+    def forget(
+        self,
+        ids: Optional[Sequence[str]] = None,
+        *,
+        user_id: Optional[str] = None,
+        before: Optional[MemoryDate] = None,
+        filters: Optional[MetadataFilters] = None,
+    ) -> int:
+        """Delete memories for real, keeping every chain of versions whole.
+
+        Selects the memories with ``ids`` AND of ``user_id`` AND dated before ``before`` AND
+        matching ``filters``, always within this object's user. At least one of them is
+        required, so nothing deletes a whole user by accident: pass ``user_id`` to forget
+        one (their conversations waiting in the outbox go too).
+
+        Returns:
+            How many memories were deleted.
+
+        Raises:
+            ValueError: No condition given, or a ``user_id`` other than this object's.
+        """
+        if ids is None and user_id is None and before is None and memory_scope(
+                filters=filters) is None:
+            raise ValueError(f"forget needs ids, user_id, before or filters with a condition, "
+                             f"got filters={filters!r}; it never deletes everything")
+        self._check_user(user_id)
+        return forget(self.index, ids, user_id=user_id or self.user_id, before=before,
+                      filters=filters)
+
+    def remember(
+        self,
+        turns: Sequence[Turn],
+        *,
+        memory_date: Optional[MemoryDate] = None,
+        llm: Optional[LLM] = None,
+        allow_future: bool = False,
+    ) -> list[TextNode]:
+        """Extract dated facts from a conversation with the LLM and store them.
+
+        Args:
+            turns: The conversation, e.g. ``[Turn("user", "I've switched to green tea.")]``.
+            memory_date: The conversation's day (default: today).
+            llm: The LLM to extract with (default: this object's).
+            allow_future: Accept a ``memory_date`` after tomorrow.
+
+        Returns:
+            The memories stored (a fact that updates existing ones names them in
+            ``supersedes``).
+
+        Raises:
+            RetryableWriteError: The LLM call failed; nothing was stored.
+            FinalWriteError: The LLM answered but no valid fact came of it.
+            FutureMemoryDateError: ``memory_date`` after tomorrow, before any LLM call.
+            ValueError: No LLM given here or to the object.
+        """
+        return remember(turns, self.index, self._llm(llm), memory_date=memory_date,
+                        user_name=self.user_name, user_id=self.user_id,
+                        allow_future=allow_future)
+
+    def import_(self, path: str | os.PathLike[str], *,
+                on_progress: Optional[Progress] = None) -> int:
+        """Store the memories of a JSON Lines file written by :meth:`export` (as it holds
+        them, users included).
+
+        Returns:
+            How many memories the store did not hold before (0 for a file imported again).
+
+        Raises:
+            MemoryFileError: A line that cannot be imported (named); nothing was stored.
+            PartialWriteError: A batch failed; it says how many were stored.
+        """
+        return import_memories(self.index, path, on_progress=on_progress)
+
+    # --- reading ----------------------------------------------------------------------
+
+    def search(self, query: str) -> RecencyRanking:
+        """Rank the memories for ``query`` exactly: cosine + recency bonus over the whole
+        store (this user's part), gated by the policy's threshold.
+
+        Returns:
+            The ranking: ``nodes`` are the memories that pass (each node's score its final
+            score), ``rows`` every candidate with its raw score, age, bonus, final score and
+            verdict; ``str()`` of it is a table.
+        """
+        return self.retriever().explain(query)
+
+    def get(self, memory_id: str) -> BaseNode:
+        """The memory ``memory_id`` (of this object's user, when it has one).
+
+        Raises:
+            MemoryNotFoundError: No such memory (of this user).
+        """
+        return get_memory(self.index, memory_id, user_id=self.user_id)
+
+    def get_all(self, *, user_id: Optional[str] = None,
+                filters: Optional[MetadataFilters] = None) -> list[BaseNode]:
+        """The memories of ``user_id`` (default: this object's user; none, all) matching
+        ``filters``, newest first, with their vectors.
+
+        Raises:
+            ValueError: A ``user_id`` other than this object's.
+        """
+        self._check_user(user_id)
+        return get_memories(self.index, filters=filters, user_id=user_id or self.user_id)
+
+    def history(self, memory_id: str) -> list[BaseNode]:
+        """Every version of the fact a memory holds, oldest first: the memories it
+        supersedes and those superseding it, transitively, within its user.
+
+        Raises:
+            MemoryNotFoundError: No such memory (of this user).
+        """
+        return memory_history(self.index, memory_id, user_id=self.user_id)
+
+    def export(self, path: str | os.PathLike[str], *, with_embeddings: bool = False) -> int:
+        """Write this user's memories (all, without a user) to ``path`` as JSON Lines,
+        atomically; ``with_embeddings`` keeps the vectors so an import need not embed.
+
+        Returns:
+            How many memories were written.
+
+        Raises:
+            OSError: ``path`` cannot be written (it is left as it was).
+        """
+        return export_memories(self.index, path, user_id=self.user_id,
+                               with_embeddings=with_embeddings)
+
+    # --- integrations -----------------------------------------------------------------
+
+    def retriever(self, **kwargs: Any) -> QdrantRecencyRetriever:
+        """The exact recency retriever over this store, with this policy and user.
+
+        ``kwargs`` go to :class:`QdrantRecencyRetriever` (``filters``, ``vague_window_days``).
+        """
+        return QdrantRecencyRetriever.from_index(self.index, self.policy, user_id=self.user_id,
+                                                 **kwargs)
+
+    def as_memory_block(self, **kwargs: Any) -> RecencyMemoryBlock:
+        """An agent memory block reading (and, with an LLM, writing) this user's memories.
+
+        ``kwargs`` go to :class:`RecencyMemoryBlock` (``name``, ``background``, ...).
+        """
+        options: dict[str, Any] = {"index": self.index, "policy": self.policy,
+                                   "user_id": self.user_id, "user_name": self.user_name,
+                                   "llm": self.llm}
+        return RecencyMemoryBlock(**{**options, **kwargs})
+
+    def chat_engine(self, *, llm: Optional[LLM] = None, **kwargs: Any) -> RecencyChatEngine:
+        """A chat engine answering from this user's memories, one LLM call per message.
+
+        ``kwargs`` go to :meth:`RecencyChatEngine.from_defaults` (``system_prompt``,
+        ``today``; default today: the policy's reference date, else the current date).
+
+        Raises:
+            ValueError: No LLM given here or to the object.
+        """
+        reference = self.policy.reference_date
+        kwargs.setdefault("today", None if callable(reference) else reference)
+        return RecencyChatEngine.from_defaults(retriever=self.retriever(), llm=self._llm(llm),
+                                               **kwargs)
+
+    # --- fitting ----------------------------------------------------------------------
+
+    def calibrate(self, *, save: bool = False, max_bring_up: float = MAX_BRING_UP) -> GateFit:
+        """Fit the relevance threshold on this store from the shipped off-topic questions.
+
+        Args:
+            save: Also save the fitted policy with the store and rank with it from now on.
+            max_bring_up: The largest share of off-topic questions allowed to bring a memory.
+
+        Returns:
+            The fit: its ``threshold``, and ``summary(current)`` comparing a threshold.
+
+        Raises:
+            ValueError: The store (this user's part) is empty.
+        """
+        fit = calibrate_gate(self.index, self.policy, max_bring_up=max_bring_up,
+                             user_id=self.user_id)
+        if save:
+            self.policy = fit.policy(self.policy)
+            save_policy(self.index, self.policy)
+        return fit
+
+    # --- lifetime ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the store (an embedded store's lock), so another process can open it."""
+        close_memory_index(self.index)
+
+    def __enter__(self) -> RecencyMemory:
+        return self
+
+    def __exit__(self, kind: Optional[type[BaseException]], error: Optional[BaseException],
+                 traceback: Optional[TracebackType]) -> None:
+        self.close()
+
+    # --- async twins ------------------------------------------------------------------
+
+    aadd = _in_thread(add)
+    aupdate = _in_thread(update)
+    aforget = _in_thread(forget)
+    aremember = _in_thread(remember)
+    aimport_ = _in_thread(import_)
+    asearch = _in_thread(search)
+    aget = _in_thread(get)
+    aget_all = _in_thread(get_all)
+    ahistory = _in_thread(history)
+    aexport = _in_thread(export)
+    acalibrate = _in_thread(calibrate)
+
+    # --- helpers ----------------------------------------------------------------------
+
+    def _llm(self, llm: Optional[LLM]) -> LLM:
+        chosen = llm or self.llm
+        if chosen is None:
+            raise ValueError("no LLM: pass llm= to RecencyMemory or to this call")
+        return chosen
+
+    def _check_user(self, user_id: Optional[str]) -> None:
+        if user_id is not None and self.user_id is not None and user_id != self.user_id:
+            raise ValueError(f"this memory is bound to user {self.user_id!r}, not {user_id!r}")

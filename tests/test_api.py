@@ -1,0 +1,67 @@
+"""The package's top level: about 20 names, and every 0.2 name still importable for a while."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import warnings
+
+import pytest
+
+import llama_index_recency
+
+API_0_2 = [
+    "aexport_memories", "aextract_memories", "aforget", "aget_memories", "aimport_memories",
+    "ainsert_memories", "amemory_history", "aremember", "aupdate_memory", "calibrate",
+    "calibrate_gate", "CALIBRATED_POLICIES", "Calibration", "CandidateResult", "check_gate",
+    "close_memory_index", "count_memories", "EmbeddingAPIError", "EmbeddingMismatchError",
+    "example_memories", "example_questions", "export_memories", "EXAMPLE_REFERENCE_DATE",
+    "ExampleQuestion", "extract_memories", "FallbackEmbedding", "fit_policy", "fit_threshold",
+    "forget", "FutureMemoryDateError", "GateFit", "get_memories", "get_memory", "HitFreeMax",
+    "import_memories", "index_policy", "insert_memories", "is_vague_reference",
+    "MEMORY_EXTRACTION_PROMPT", "memory_history", "memory_node", "MemoryDateError",
+    "MemoryFileError", "MemoryNotFoundError", "MemoryRankingEvent", "MemoryRankingRow",
+    "MemoryResponseSynthesizer", "MemoryStoreDamagedError", "MemoryStoreFullError",
+    "MemoryStoreLockedError", "MemoryStoreNotFoundError", "MemoryStoreReadOnlyError",
+    "MemoryStoreUnreachableError", "MemoryWriteError", "migrate_store", "Migration",
+    "minilm_embedding", "offline_embedding", "open_memory_index", "open_memory_store",
+    "openai_like_llm", "parse_transcript", "PartialWriteError", "PAST_POINTING_PATTERNS",
+    "points_to_past", "question_intent", "PolicyCandidate", "PolicyFit",
+    "QdrantEdgeVectorStore", "QdrantRecencyRetriever", "qwen3_embedding", "RankedMemory",
+    "raw_cosine_sd", "RecencyBonusPostprocessor", "RecencyChatEngine", "RecencyMemoryBlock",
+    "RecencyPolicy", "RecencyRanking", "remember", "remember_transcript",
+    "retrieve_candidates", "RETRIEVED_MEMORY_CONTEXT_TEMPLATE", "RETRIEVED_MEMORY_PROMPT",
+    "RetrievedCandidates", "save_policy", "SEED_GRID", "StoredMemories", "TargetScore",
+    "ThresholdFit", "Turn", "update_memory", "VAGUE_REFERENCE_PATTERNS", "VAGUE_WINDOW_DAYS",
+]
+"""``llama_index_recency.__all__`` in 0.2."""
+
+
+def test_the_top_level_is_small() -> None:
+    assert len(llama_index_recency.__all__) <= 25
+    assert len(set(llama_index_recency.__all__)) == len(llama_index_recency.__all__)
+    for name in llama_index_recency.__all__:
+        assert getattr(llama_index_recency, name) is not None
+
+
+@pytest.mark.parametrize("name", API_0_2)
+def test_every_0_2_name_still_imports_and_says_where_it_went(name: str) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        namespace: dict[str, object] = {}
+        exec(f"from llama_index_recency import {name}", namespace)
+    found = namespace[name]
+    deprecations = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+    if name in llama_index_recency.__all__:
+        assert deprecations == []
+        return
+    # ``from package import name`` looks the name up twice: the same warning each time.
+    (message,) = {str(warning.message) for warning in deprecations}
+    new_spelling = re.search(r"`from (llama_index_recency\.\w+) import (\w+)`", message)
+    assert new_spelling is not None and new_spelling.group(2) == name
+    assert getattr(importlib.import_module(new_spelling.group(1)), name) is found
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(ImportError, match="no_such_name"):
+        exec("from llama_index_recency import no_such_name", {})

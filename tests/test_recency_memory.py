@@ -1,0 +1,148 @@
+"""RecencyMemory: one object over a real Edge store, doing what the module functions do."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+from conftest import OpenAIServer
+
+from llama_index_recency.backup import export_memories
+from llama_index_recency.edge import MemoryStoreLockedError
+from llama_index_recency.memory import memory_node
+from llama_index_recency.models import openai_like_llm
+from llama_index_recency.recency_memory import RecencyMemory
+from llama_index_recency.scoring import RecencyPolicy
+from llama_index_recency.store import MemoryNotFoundError, index_policy, open_memory_index
+from llama_index_recency.writer import Turn
+
+TODAY = "2026-09-10"
+COFFEE = "How do I take my coffee again?"
+BLACK = ("The user drinks black coffee every morning.", "2025-03-01")
+SWEET = ("The user has been drinking sweet café au lait lately.", "2026-09-08")
+TRAIN = ("The user commutes by train.", "2026-08-01")
+
+
+@pytest.fixture
+def memory(e5, tmp_path: Path):
+    with RecencyMemory(e5, path=tmp_path / "store", user_id="taro", user_name="Taro",
+                       policy=None) as bound:
+        bound.policy = index_policy(bound.index, reference_date=TODAY)
+        yield bound
+
+
+def test_add_then_search_ranks_the_recent_fact_first_with_its_numbers(memory) -> None:
+    stored = memory.add([BLACK, SWEET, TRAIN])
+    assert len(stored.new) == 3
+    assert memory.add([BLACK]).unchanged == (stored.new[0],)  # storing twice writes nothing
+    ranking = memory.search(COFFEE)
+    assert ranking.nodes[0].node.get_content() == f"{SWEET[1]}: Taro has been drinking sweet café au lait lately."
+    best = ranking.rows[0]
+    assert best.kept and best.final == pytest.approx(best.raw + best.bonus)
+    assert "Taro" in str(ranking)  # the table of raw, bonus, final, verdict
+
+
+def test_a_bound_user_sees_and_changes_only_their_own_memories(memory, e5) -> None:
+    (taro_tea,) = memory.add([("The user drinks green tea.", "2026-09-01")]).new
+    hanako = memory_node("Hanako drinks oolong tea.", "2026-09-01", user_id="hanako")
+    memory.add([hanako])
+    assert [node.node_id for node in memory.get_all()] == [taro_tea]
+    assert memory.get(taro_tea).metadata["user_id"] == "taro"
+    with pytest.raises(MemoryNotFoundError, match="of user 'taro'"):
+        memory.get(hanako.node_id)
+    with pytest.raises(ValueError, match="bound to user 'taro', not 'hanako'"):
+        memory.get_all(user_id="hanako")
+    assert all(row.node_id != hanako.node_id for row in memory.search("oolong tea").rows)
+    with pytest.raises(ValueError, match="never deletes everything"):
+        memory.forget()
+    assert memory.forget([hanako.node_id]) == 0  # another user's: out of reach
+    assert memory.forget(before="2026-09-05") == 1
+    assert memory.get_all() == [] and len(get_all_users(memory)) == 1
+
+
+def get_all_users(memory: RecencyMemory):
+    return RecencyMemory(index=memory.index).get_all()
+
+
+def test_update_keeps_the_history_and_export_import_round_trips(memory, e5, tmp_path) -> None:
+    (tea,) = memory.add([("The user drinks green tea.", "2026-09-01")]).new
+    oolong = memory.update(tea, "The user has switched to oolong tea.", "2026-09-09")
+    assert oolong.get_content() == "2026-09-09: Taro has switched to oolong tea."
+    assert [node.node_id for node in memory.history(tea)] == [tea, oolong.node_id]
+    assert memory.export(tmp_path / "taro.jsonl") == 2
+    with RecencyMemory(e5, path=tmp_path / "copy") as copy:
+        assert copy.import_(tmp_path / "taro.jsonl") == 2
+        assert copy.import_(tmp_path / "taro.jsonl") == 0
+        export_memories(copy.index, tmp_path / "again.jsonl")
+    assert ([json.loads(line) for line in (tmp_path / "again.jsonl").read_text().splitlines()]
+            == [json.loads(line) for line in (tmp_path / "taro.jsonl").read_text().splitlines()])
+
+
+def test_remember_writes_a_conversation_through_the_llm(memory, openai_server: OpenAIServer
+                                                         ) -> None:
+    openai_server.reply = json.dumps({"memories": [
+        {"turn": 1, "kind": "habit_change", "fact": "The user has switched to green tea."}]})
+    with pytest.raises(ValueError, match="no LLM"):
+        memory.remember([Turn("user", "I've switched to green tea.")])
+    llm = openai_like_llm(api_base=openai_server.base_url, timeout=5.0, max_retries=0)
+    (stored,) = memory.remember([Turn("user", "I've switched to green tea.")],
+                                memory_date="2026-09-09", llm=llm)
+    assert stored.get_content() == "2026-09-09: Taro has switched to green tea."
+    assert memory.get(stored.node_id).metadata["user_id"] == "taro"
+
+
+def test_integrations_share_the_store_policy_user_and_llm(memory, openai_server) -> None:
+    memory.add([SWEET])
+    memory.llm = openai_like_llm(api_base=openai_server.base_url, timeout=5.0, max_retries=0)
+    retriever = memory.retriever()
+    assert retriever.policy is memory.policy
+    block = memory.as_memory_block(background=False)
+    assert (block.index, block.policy, block.user_id, block.llm) == (
+        memory.index, memory.policy, "taro", memory.llm)
+    openai_server.reply = "Sweet café au lait!"
+    answer = memory.chat_engine(system_prompt="You are Mimi.").chat(COFFEE)
+    assert str(answer) == "Sweet café au lait!"
+    assert "sweet café au lait" in openai_server.system_text()
+    assert f"Today is {TODAY}." in openai_server.system_text()
+
+
+def test_calibrate_save_ranks_with_the_fitted_threshold_from_now_on(memory, e5, tmp_path) -> None:
+    memory.add([BLACK, SWEET, TRAIN])
+    fit = memory.calibrate(save=True)
+    assert memory.policy.threshold == fit.threshold
+    memory.close()
+    with RecencyMemory(e5, path=tmp_path / "store") as reopened:
+        assert reopened.policy.threshold == fit.threshold
+
+
+def test_closing_releases_the_store_and_an_index_excludes_opening_options(e5, tmp_path) -> None:
+    with RecencyMemory(e5, path=tmp_path / "store") as first:
+        with pytest.raises(MemoryStoreLockedError):
+            RecencyMemory(e5, path=tmp_path / "store")
+        with pytest.raises(ValueError, match="got index and path"):
+            RecencyMemory(index=first.index, path=tmp_path / "store")
+    with RecencyMemory(e5, path=tmp_path / "store") as again:
+        assert isinstance(again.policy, RecencyPolicy)
+    index = open_memory_index(e5)
+    assert RecencyMemory(index=index, policy=RecencyPolicy(threshold=0.5)).policy.threshold == 0.5
+
+
+ASYNC_TWINS = ["add", "update", "forget", "remember", "import_", "search", "get", "get_all",
+               "history", "export", "calibrate"]
+
+
+@pytest.mark.parametrize("name", ASYNC_TWINS)
+def test_each_async_twin_has_its_method_signature(name: str) -> None:
+    method, twin = getattr(RecencyMemory, name), getattr(RecencyMemory, f"a{name}")
+    assert inspect.iscoroutinefunction(twin) and twin.__name__ == f"a{name}"
+    assert inspect.signature(twin) == inspect.signature(method)
+
+
+async def test_async_twins_do_what_their_methods_do(memory) -> None:
+    stored = await memory.aadd([SWEET, TRAIN])
+    ranking = await memory.asearch(COFFEE)
+    assert ranking.nodes[0].node.node_id == stored.new[0]
+    assert [n.node_id for n in await memory.aget_all()] == list(stored.new)
+    assert await memory.aforget(list(stored.new)) == 2
