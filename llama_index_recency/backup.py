@@ -55,7 +55,7 @@ from llama_index_recency.memory import (
     is_memory_id,
     memory_node,
 )
-from llama_index_recency.scoring import parse_memory_date
+from llama_index_recency.dates import parse_memory_date
 from llama_index_recency.store import (
     MemoryStore,
     embedding_identity,

@@ -28,8 +28,8 @@ from llama_index_recency.prompts import (
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
     RETRIEVED_MEMORY_PROMPT,
     memory_context,
-    memory_text,
 )
+from llama_index_recency.text import memory_text
 from llama_index_recency.vague import is_vague_ranking
 
 TodayLike = Union[date, datetime, str, None]

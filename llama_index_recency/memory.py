@@ -14,7 +14,7 @@ from typing import Any, Literal, Optional
 from llama_index.core.schema import BaseNode, TextNode
 
 from llama_index_recency.errors import FutureMemoryDateError
-from llama_index_recency.scoring import parse_memory_date
+from llama_index_recency.dates import parse_memory_date
 
 logger = logging.getLogger(__name__)
 

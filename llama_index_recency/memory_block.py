@@ -35,8 +35,8 @@ from llama_index_recency.outbox import Conversation, Outbox, outbox_path
 from llama_index_recency.prompts import (
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
     memory_context,
-    memory_text,
 )
+from llama_index_recency.text import memory_text
 from llama_index_recency.retriever import QdrantRecencyRetriever
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.store import index_policy

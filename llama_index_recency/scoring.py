@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
-from datetime import date, datetime, time, timezone
+from datetime import date, datetime, timezone
 from typing import Any, Literal, Optional
 
 from llama_index.core.bridge.pydantic import (
@@ -24,6 +23,7 @@ from llama_index.core.bridge.pydantic import (
 from llama_index.core.schema import NodeWithScore
 
 from llama_index_recency.errors import RecencyError
+from llama_index_recency.dates import parse_memory_date
 from llama_index_recency.intent import Intent
 
 logger = logging.getLogger(__name__)
@@ -39,47 +39,6 @@ DROPPED_NO_DATE = "dropped: no date"
 
 class MemoryDateError(RecencyError, ValueError):
     """A memory's date is missing or unreadable and the policy says to raise."""
-
-
-# The ISO forms Qdrant's datetime payload index reads too (checked on Edge and qdrant-client):
-# Python's fromisoformat also takes "20260909", "2026-W37-3" or "2026-09-09T10", which Qdrant's
-# date filters would never match, so the two sides would disagree on a memory's bonus.
-_QDRANT_DATETIME = re.compile(
-    r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?)?\Z"
-)
-
-
-def parse_memory_date(value: Any) -> datetime:
-    """Read a date, a datetime or an ISO 8601 string as an aware UTC datetime.
-
-    Dates mean midnight UTC and naive datetimes are taken as UTC, which is also how
-    Qdrant reads datetime payloads, so both sides compute the same age.
-    Raises ``ValueError`` for anything else (numbers, empty strings, garbage) and for
-    instants outside years 1-9999 in UTC (``0001-01-01T00:00:00+01:00``), so callers'
-    missing-date policies apply to them instead of an ``OverflowError``.
-    """
-    if isinstance(value, datetime):
-        parsed = value
-    elif isinstance(value, date):
-        parsed = datetime.combine(value, time.min)
-    elif isinstance(value, str) and _QDRANT_DATETIME.match(value.strip()):
-        try:
-            parsed = datetime.fromisoformat(value.strip())
-        except ValueError:
-            raise ValueError(f"not an ISO 8601 date: {value!r}") from None
-    elif isinstance(value, str) and value.strip():
-        raise ValueError(
-            f"not an ISO 8601 date Qdrant can read: {value!r} (use YYYY-MM-DD or "
-            "YYYY-MM-DDTHH:MM[:SS[.f][Z|±HH:MM]])"
-        )
-    else:
-        raise ValueError(f"not a date: {value!r}")
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
-    try:
-        return parsed.astimezone(timezone.utc)
-    except OverflowError:
-        raise ValueError(f"date out of range (years 1-9999 in UTC): {value!r}") from None
 
 
 def age_in_days(memory_date: datetime, reference: datetime) -> float:

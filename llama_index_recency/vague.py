@@ -54,7 +54,8 @@ from typing import Optional
 from llama_index.core.schema import NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters
 
-from llama_index_recency.scoring import RecencyPolicy, RecencyRanking, parse_memory_date
+from llama_index_recency.dates import parse_memory_date
+from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 from llama_index_recency.search import MemorySearch, SearchPlan
 
 VAGUE_WINDOW_DAYS = 14.0

@@ -44,7 +44,7 @@ from llama_index_recency.memory import (
     memory_node,
 )
 from llama_index_recency.filters import memory_scope
-from llama_index_recency.prompts import (
+from llama_index_recency.text import (
     LEFT_ANGLE_LOOKALIKES,
     RIGHT_ANGLE_LOOKALIKES,
     escape_memory_text,
