@@ -44,7 +44,7 @@ from typing import Any, Optional
 from llama_index.core import VectorStoreIndex
 from llama_index.core.schema import BaseNode, TextNode
 
-from llama_index_recency.errors import MemoryFileError
+from llama_index_recency.errors import InvalidInputError, MemoryFileError
 from llama_index_recency.links import LINK_KEYS, check_link, linked_ids
 from llama_index_recency.memory import (
     SUPERSEDED_BY_KEY,
@@ -100,7 +100,7 @@ def memory_lines(
     nodes = get_memories(index, user_id=user_id)
     identity = embedding_identity(index) if with_embeddings else None
     if with_embeddings and identity is None:
-        raise ValueError("the store records no embedding model, so its vectors could not be "
+        raise InvalidInputError("the store records no embedding model, so its vectors could not be "
                          "checked on import; export without embeddings")
     owners = {node.node_id: node.metadata.get(USER_ID_KEY) for node in nodes}
     outside = sorted({link for node in nodes for link in linked_ids(node, SUPERSEDES_KEY)}
@@ -121,7 +121,7 @@ def memory_lines(
             continue
         vector = node.embedding or []
         if len(vector) != identity["dimensions"]:
-            raise ValueError(f"memory {node.node_id} has a {len(vector)}-dimensional vector; the "
+            raise InvalidInputError(f"memory {node.node_id} has a {len(vector)}-dimensional vector; the "
                              f"store records {identity['dimensions']} dimensions")
         numbers = ", ".join(map("{:.9g}".format, vector))
         model = json.dumps({"model": identity["model"], "dimensions": identity["dimensions"]},
@@ -138,12 +138,12 @@ def _record(node: BaseNode, superseded_by_others: set[str],
     try:
         parse_memory_date(day)
     except ValueError:
-        raise ValueError(f"memory {node.node_id} has no readable date ({day!r}); only dated "
+        raise InvalidInputError(f"memory {node.node_id} has no readable date ({day!r}); only dated "
                          "memories (memory_node's) can be exported") from None
     prefix = f"{str(day)[:10]}: "
     text = node.get_content()
     if not text.startswith(prefix):
-        raise ValueError(f"memory {node.node_id}'s text does not start with its date "
+        raise InvalidInputError(f"memory {node.node_id}'s text does not start with its date "
                          f"{prefix!r} as memory_node writes it: {text[:40]!r}")
     user = metadata.get(USER_ID_KEY)
     links = set(linked_ids(node, SUPERSEDES_KEY)) | superseded_by_others

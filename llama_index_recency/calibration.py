@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore
 
+from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.examples import ExampleQuestion
 from llama_index_recency.scoring import DROPPED_NO_DATE, RecencyPolicy
 from llama_index_recency.vague import (
@@ -406,7 +407,7 @@ def raw_cosine_sd(*stores: Sequence[RetrievedCandidates]) -> float:
             squares += sum((score - mean) ** 2 for score in scores)
             count += len(scores)
     if count < 2 or squares <= 0:
-        raise ValueError("the spread needs at least two different raw cosines; is the store empty?")
+        raise InvalidInputError("the spread needs at least two different raw cosines; is the store empty?")
     return math.sqrt(squares / count)
 
 
@@ -415,7 +416,7 @@ def spread_grid(
 ) -> tuple[tuple[float, float], ...]:
     """(weight, tau_days) candidates with ``weight = k * sd`` (rounded to 5 decimals)."""
     if not (0 < sd < math.inf):
-        raise ValueError(f"the raw-cosine sd must be finite and > 0, got {sd}")
+        raise InvalidInputError(f"the raw-cosine sd must be finite and > 0, got {sd}")
     return tuple((round(k * sd, 5), tau) for tau in taus for k in ks)
 
 
@@ -479,7 +480,7 @@ class PolicyFit:
         """``base`` with the adopted weight, tau_days and threshold, in cosine units (the
         candidates' scores are raw cosines)."""
         if self.adopted is None or self.adopted.threshold is None:
-            raise ValueError("no candidate passes every condition; there is no policy to adopt")
+            raise InvalidInputError("no candidate passes every condition; there is no policy to adopt")
         adopted = self.adopted
         return base.model_copy(update={"relevance": "cosine", "weight": adopted.weight,
                                        "tau_days": adopted.tau_days,
@@ -616,7 +617,7 @@ def _newer_first(
 
 def _with_bonus(policy: RecencyPolicy, weight: float, tau_days: float) -> RecencyPolicy:
     if not (0 <= weight < math.inf and 0 < tau_days < math.inf):
-        raise ValueError(
+        raise InvalidInputError(
             f"a candidate needs finite weight >= 0 and tau_days > 0, got ({weight}, {tau_days})"
         )
     return policy.model_copy(update={"weight": weight, "tau_days": tau_days})
@@ -651,9 +652,9 @@ def _score(
 
 def _check_labels(retrieved: Sequence[RetrievedCandidates]) -> None:
     if not any(item.question.targets for item in retrieved):
-        raise ValueError("calibration needs at least one question with target memories")
+        raise InvalidInputError("calibration needs at least one question with target memories")
     if not any(not item.question.targets and item.candidates for item in retrieved):
-        raise ValueError(
+        raise InvalidInputError(
             "calibration needs at least one hit-free question (no targets) with retrieved "
             "candidates; is the store empty?"
         )

@@ -23,6 +23,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.settings import Settings
 from llama_index.core.types import RESPONSE_TEXT_TYPE
 
+from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.memory import calendar_day
 from llama_index_recency.prompts import (
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
@@ -45,7 +46,7 @@ def _memory_day(today: TodayLike) -> Optional[str]:
     try:
         return calendar_day(today).isoformat()
     except ValueError:
-        raise ValueError(
+        raise InvalidInputError(
             f"today must be a date, a datetime or an ISO date string, not {today!r}"
         ) from None
 
@@ -175,7 +176,7 @@ class MemoryResponseSynthesizer(BaseSynthesizer):
         if not memories or fits(None):
             return memory_context(memories)
         if not fits(0):
-            raise ValueError(
+            raise InvalidInputError(
                 f"the prompt does not fit the LLM's context_window={window} minus "
                 f"num_output={num_output} even with every memory cut to its date"
             )

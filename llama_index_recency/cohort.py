@@ -31,6 +31,7 @@ from typing import Any, Optional
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore
+from llama_index_recency.errors import InvalidInputError
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ class RelevanceCohort:
 
     def __init__(self, vectors: np.ndarray, model_name: str, groups: int = 1) -> None:
         if vectors.ndim != 2 or len(vectors) < 2 * groups or len(vectors) % groups:
-            raise ValueError(f"a cohort of {groups} equal groups of at least two vectors "
+            raise InvalidInputError(f"a cohort of {groups} equal groups of at least two vectors "
                              f"cannot have shape {vectors.shape}")
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         self.vectors = (vectors / np.where(norms == 0, 1.0, norms)).astype(np.float32)
@@ -93,7 +94,7 @@ class RelevanceCohort:
         or 200 let 6-15% of off-topic questions through where the whole group holds 5%."""
         query = np.asarray(query_vector, dtype=np.float32)
         if query.shape != (self.vectors.shape[1],):
-            raise ValueError(
+            raise InvalidInputError(
                 f"the question's embedding has {query.size} dimensions, the cohort of "
                 f"{self.model_name!r} {self.vectors.shape[1]}: a cohort belongs to one model"
             )
@@ -102,7 +103,7 @@ class RelevanceCohort:
         cosines = max(np.split(cosines, self.groups), key=lambda group: float(group.mean()))
         sd = float(cosines.std())
         if not (sd > 0 and math.isfinite(sd)):
-            raise ValueError(f"the cohort cannot scale this question (sd {sd!r} of its cosines)")
+            raise InvalidInputError(f"the cohort cannot scale this question (sd {sd!r} of its cosines)")
         return QueryScale(mean=float(cosines.mean()), sd=sd)
 
 

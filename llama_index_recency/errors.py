@@ -40,6 +40,13 @@ _DEFINED_IN = {
 
 __all__ = [
     "FinalWriteError",
+    "InvalidInputError",
+    "MemoryStoreClosedError",
+    "MemoryStorePathError",
+    "MigrationIncompleteError",
+    "MissingExtraError",
+    "PermissionDeniedError",
+    "UnsupportedStoreError",
     "FutureMemoryDateError",
     "MemoryFileError",
     "MemoryWriteError",
@@ -60,6 +67,35 @@ def __getattr__(name: str) -> Any:
 
 class RecencyError(Exception):
     """The root of every error llama-index-recency raises on purpose."""
+
+
+class InvalidInputError(RecencyError, ValueError):
+    """A value the package refuses (a bad date, id, name, option or file line), named in one
+    line."""
+
+
+class UnsupportedStoreError(RecencyError, TypeError):
+    """A vector store this package cannot rank (neither Qdrant Edge nor Qdrant)."""
+
+
+class MemoryStorePathError(RecencyError, NotADirectoryError):
+    """A store path that is a file, not a directory."""
+
+
+class PermissionDeniedError(RecencyError, PermissionError):
+    """The store's files cannot be opened with this process's permissions."""
+
+
+class MemoryStoreClosedError(RecencyError, RuntimeError):
+    """A store used after its ``close``."""
+
+
+class MigrationIncompleteError(RecencyError, RuntimeError):
+    """A migration that copied fewer memories than the source holds (the source is untouched)."""
+
+
+class MissingExtraError(RecencyError, ImportError):
+    """An optional dependency (an extra such as ``[minilm]``) is not installed."""
 
 
 class FutureMemoryDateError(RecencyError, ValueError):

@@ -14,6 +14,7 @@ from typing import Any, Literal, Optional
 
 from llama_index.core.schema import TextNode
 
+from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.memory import memory_node
 
 QuestionKind = Literal["hit", "contradiction", "hit_free"]
@@ -42,7 +43,7 @@ EXAMPLE_REFERENCE_DATE = date.fromisoformat(_load("memories.json")["reference_da
 
 def _file(stem: str, lang: str) -> str:
     if lang not in EXAMPLE_LANGUAGES:
-        raise ValueError(f"no bundled example in language {lang!r}; choose one of "
+        raise InvalidInputError(f"no bundled example in language {lang!r}; choose one of "
                          f"{', '.join(EXAMPLE_LANGUAGES)}")
     return f"{stem}.json" if lang == "en" else f"{stem}_{lang}.json"
 

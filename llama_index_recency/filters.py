@@ -37,6 +37,7 @@ from llama_index.core.vector_stores.types import (
 )
 from qdrant_client import models
 
+from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.memory import USER_ID_KEY
 from llama_index_recency.dates import parse_memory_date
 
@@ -156,7 +157,7 @@ def _translate(filters: MetadataFilters, vocab: _Vocabulary) -> Any:
         elif isinstance(item, MetadataFilter):
             conditions.append(_condition(item, vocab))
         else:
-            raise ValueError(f"not a MetadataFilter or MetadataFilters: {item!r}")
+            raise InvalidInputError(f"not a MetadataFilter or MetadataFilters: {item!r}")
     condition = filters.condition or FilterCondition.AND
     if condition == FilterCondition.AND:
         return vocab.filter(conditions, [], [])
@@ -164,7 +165,7 @@ def _translate(filters: MetadataFilters, vocab: _Vocabulary) -> Any:
         return vocab.filter([], conditions, [])
     if condition == FilterCondition.NOT:
         return vocab.filter([], [], conditions)
-    raise ValueError(f"unsupported filter condition {condition!r}")
+    raise InvalidInputError(f"unsupported filter condition {condition!r}")
 
 
 _RANGE_BOUNDS = {
@@ -187,7 +188,7 @@ def _condition(item: MetadataFilter, vocab: _Vocabulary) -> Any:
             return vocab.number_range(key, **{bound: float(value)})
         if isinstance(value, str):
             return vocab.datetime_range(key, **{bound: _rfc3339(item)})
-        raise ValueError(f"{op.name} on {key!r} needs a number or an ISO date, got {value!r}")
+        raise InvalidInputError(f"{op.name} on {key!r} needs a number or an ISO date, got {value!r}")
     if op in (FilterOperator.IN, FilterOperator.ANY):
         values = _values(item)
         if _has_float(values):
@@ -199,11 +200,11 @@ def _condition(item: MetadataFilter, vocab: _Vocabulary) -> Any:
         return vocab.filter([_equals(key, v, vocab) for v in _values(item)], [], [])
     if op in (FilterOperator.TEXT_MATCH, FilterOperator.TEXT_MATCH_INSENSITIVE):
         if not isinstance(value, str):
-            raise ValueError(f"{op.name} on {key!r} needs a string, got {value!r}")
+            raise InvalidInputError(f"{op.name} on {key!r} needs a string, got {value!r}")
         return vocab.match_text(key, value)
     if op == FilterOperator.IS_EMPTY:
         return vocab.is_empty(key)
-    raise ValueError(f"unsupported filter operator {op!r} on {key!r}")
+    raise InvalidInputError(f"unsupported filter operator {op!r} on {key!r}")
 
 
 def _equals(key: str, value: str | int | float, vocab: _Vocabulary) -> Any:
@@ -227,7 +228,7 @@ def _outside(key: str, values: list[Any], vocab: _Vocabulary) -> Any:
 def _scalar(item: MetadataFilter) -> str | int | float:
     if isinstance(item.value, (str, int, float)):
         return item.value
-    raise ValueError(f"{item.operator.name} on {item.key!r} needs one value, got {item.value!r}")
+    raise InvalidInputError(f"{item.operator.name} on {item.key!r} needs one value, got {item.value!r}")
 
 
 def _values(item: MetadataFilter) -> list[Any]:
@@ -236,7 +237,7 @@ def _values(item: MetadataFilter) -> list[Any]:
         return list(value)
     if isinstance(value, (str, int, float)):
         return [value]
-    raise ValueError(f"{item.operator.name} on {item.key!r} needs values, got {value!r}")
+    raise InvalidInputError(f"{item.operator.name} on {item.key!r} needs values, got {value!r}")
 
 
 def _has_float(values: Sequence[Any]) -> bool:
@@ -248,7 +249,7 @@ def _rfc3339(item: MetadataFilter) -> str:
     try:
         moment = datetime.fromisoformat(str(item.value))
     except ValueError:
-        raise ValueError(
+        raise InvalidInputError(
             f"{item.operator.name} on {item.key!r} needs a number or an ISO date, "
             f"got {item.value!r}"
         ) from None

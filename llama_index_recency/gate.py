@@ -23,6 +23,7 @@ from llama_index.core.indices.vector_store import VectorStoreIndex
 from llama_index.core.schema import QueryBundle
 from llama_index.core.vector_stores.types import MetadataFilters
 
+from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.calibration import NOISE_MARGIN as COSINE_NOISE_MARGIN
 from llama_index_recency.cohort import cached_embeddings
 from llama_index_recency.intent import question_intent
@@ -54,7 +55,7 @@ def offtopic_questions(lang: Optional[str] = None) -> list[str]:
     )
     languages = BANK_LANGUAGES if lang is None else (lang,)
     if any(code not in BANK_LANGUAGES for code in languages):
-        raise ValueError(f"no off-topic bank in language {lang!r}; choose en or ja")
+        raise InvalidInputError(f"no off-topic bank in language {lang!r}; choose en or ja")
     return [question for code in languages for question in data[code]]
 
 
@@ -115,9 +116,9 @@ def fit_gate(
     that question in.
     """
     if not best or not all(best.values()):
-        raise ValueError("fitting the gate needs at least one off-topic question per language")
+        raise InvalidInputError("fitting the gate needs at least one off-topic question per language")
     if not 0 <= max_bring_up < 1:
-        raise ValueError(f"max_bring_up must be in [0, 1), got {max_bring_up!r}")
+        raise InvalidInputError(f"max_bring_up must be in [0, 1), got {max_bring_up!r}")
     ordered = {lang: tuple(sorted(scores, reverse=True)) for lang, scores in best.items()}
     thresholds = []
     for scores in ordered.values():
@@ -156,7 +157,7 @@ def calibrate_gate(
         for text, vector in zip(texts, vectors, strict=True):
             nodes = retriever.retrieve(QueryBundle(query_str=text, embedding=vector.tolist()))
             if not nodes:
-                raise ValueError("the store (or this user's part of it) is empty: there is no "
+                raise InvalidInputError("the store (or this user's part of it) is empty: there is no "
                                  "gate to fit")
             # A question about the present meets a threshold raised by its larger bonus:
             # its score is recorded against the policy's own threshold.

@@ -22,6 +22,7 @@ from typing import Any, Optional
 from llama_index.core.schema import BaseNode, NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters
 
+from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.memory import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY, is_memory_id
 from llama_index_recency.dates import parse_memory_date
 from llama_index_recency.scoring import RankedMemory, RecencyPolicy, RecencyRanking
@@ -57,7 +58,7 @@ def check_link(newer: BaseNode, older: BaseNode) -> None:
     users = [node.metadata.get(USER_ID_KEY) for node in (newer, older)]
     if users[0] != users[1]:
         whose = ["no user" if user is None else f"user {user!r}" for user in users]
-        raise ValueError(f"memory {newer.node_id} of {whose[0]} may not supersede memory "
+        raise InvalidInputError(f"memory {newer.node_id} of {whose[0]} may not supersede memory "
                          f"{older.node_id} of {whose[1]}")
 
 

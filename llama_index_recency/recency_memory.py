@@ -24,6 +24,7 @@ from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, TextNode
 from llama_index.core.vector_stores.types import MetadataFilters
 
+from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.backup import export_memories, import_memories
 from llama_index_recency.chat import RecencyChatEngine
 from llama_index_recency.filters import memory_scope
@@ -119,7 +120,7 @@ class RecencyMemory:
                                               ("url", url), ("api_key", api_key))
                      if value is not None] + sorted(open_options)
             if given:
-                raise ValueError(f"RecencyMemory takes an open index or what opens one, not "
+                raise InvalidInputError(f"RecencyMemory takes an open index or what opens one, not "
                                  f"both: got index and {', '.join(given)}")
         else:
             index = open_memory_index(embed_model or offline_embedding(), path=path, url=url,
@@ -206,7 +207,7 @@ class RecencyMemory:
         """
         if ids is None and user_id is None and before is None and memory_scope(
                 filters=filters) is None:
-            raise ValueError(f"forget needs ids, user_id, before or filters with a condition, "
+            raise InvalidInputError(f"forget needs ids, user_id, before or filters with a condition, "
                              f"got filters={filters!r}; it never deletes everything")
         self._check_user(user_id)
         return forget(self.index, ids, user_id=user_id or self.user_id, before=before,
@@ -398,9 +399,9 @@ class RecencyMemory:
     def _llm(self, llm: Optional[LLM]) -> LLM:
         chosen = llm or self.llm
         if chosen is None:
-            raise ValueError("no LLM: pass llm= to RecencyMemory or to this call")
+            raise InvalidInputError("no LLM: pass llm= to RecencyMemory or to this call")
         return chosen
 
     def _check_user(self, user_id: Optional[str]) -> None:
         if user_id is not None and self.user_id is not None and user_id != self.user_id:
-            raise ValueError(f"this memory is bound to user {self.user_id!r}, not {user_id!r}")
+            raise InvalidInputError(f"this memory is bound to user {self.user_id!r}, not {user_id!r}")

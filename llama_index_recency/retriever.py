@@ -29,6 +29,7 @@ from llama_index.core.vector_stores.types import (
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import models
 
+from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.cohort import QueryScale, relevance_cohort
 from llama_index_recency.edge import QdrantEdgeVectorStore
 from llama_index_recency.events import dispatch_ranking
@@ -75,7 +76,7 @@ class QdrantRecencyRetriever(BaseRetriever):
         """``policy`` holds the parameters (a ``RecencyBonusPostprocessor`` is one)."""
         super().__init__(callback_manager=callback_manager)
         if vague_window_days is not None and not 0 < vague_window_days < float("inf"):
-            raise ValueError(f"vague_window_days must be > 0 days or None, got {vague_window_days!r}")
+            raise InvalidInputError(f"vague_window_days must be > 0 days or None, got {vague_window_days!r}")
         self._vector_store = vector_store_of(vector_store)  # Edge or Qdrant, else one line
         self._embed_model = embed_model
         self._policy = policy or RecencyPolicy()
@@ -271,7 +272,7 @@ class QdrantRecencyRetriever(BaseRetriever):
     def _check_counts(self, total: int, dated: int) -> None:
         """Ready once there is a memory; a store of undated points is someone else's."""
         if total and not dated:
-            raise ValueError(
+            raise InvalidInputError(
                 f"the store has memories but none with a datetime under payload key "
                 f"{self._policy.date_key!r}: it was not written by llama-index-recency "
                 "(memory_node / open_memory_index), or date_key is wrong"
@@ -340,7 +341,7 @@ def _bundle(query: QueryType) -> QueryBundle:
 
 def _sync_client(store: QdrantVectorStore) -> Any:
     if store.client is None:
-        raise ValueError(
+        raise InvalidInputError(
             "this vector store has only an async Qdrant client; use aretrieve / aexplain"
         )
     return store.client

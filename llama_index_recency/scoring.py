@@ -22,7 +22,7 @@ from llama_index.core.bridge.pydantic import (
 )
 from llama_index.core.schema import NodeWithScore
 
-from llama_index_recency.errors import RecencyError
+from llama_index_recency.errors import InvalidInputError, RecencyError
 from llama_index_recency.dates import parse_memory_date
 from llama_index_recency.intent import Intent
 
@@ -230,7 +230,7 @@ class RecencyPolicy(BaseModel):
         if isinstance(value, (str, date)):
             parse_memory_date(value)  # fail at construction, not at query time
             return value
-        raise ValueError(
+        raise InvalidInputError(
             f"reference_date must be a date, datetime, ISO string or callable, got {value!r}"
         )
 
@@ -240,7 +240,7 @@ class RecencyPolicy(BaseModel):
             return value
         if isinstance(value, date):
             return value.isoformat()
-        raise ValueError(
+        raise InvalidInputError(
             "reference_date is a callable and cannot be serialized; "
             "pass None (now), a date or an ISO string instead"
         )
@@ -300,7 +300,7 @@ class RecencyPolicy(BaseModel):
         metadata are left untouched.
         """
         if not 0.0 <= bonus_scale < math.inf:
-            raise ValueError(f"bonus_scale must be a finite number >= 0, got {bonus_scale!r}")
+            raise InvalidInputError(f"bonus_scale must be a finite number >= 0, got {bonus_scale!r}")
         threshold = self.threshold if threshold is None else threshold
         reference = reference or self.reference()
         scored: list[tuple[float, int, NodeWithScore, RankedMemory]] = []
@@ -354,7 +354,7 @@ class RecencyPolicy(BaseModel):
         node = candidate.node
         raw = math.nan if candidate.score is None else float(candidate.score)
         if not math.isfinite(raw):
-            raise ValueError(
+            raise InvalidInputError(
                 f"node {node.node_id!r} has no similarity score ({candidate.score!r}); "
                 "the recency bonus re-ranks retriever results, which carry a finite one"
             )

@@ -51,7 +51,14 @@ from llama_index_recency.edge import (
     QdrantEdgeVectorStore,
 )
 from llama_index_recency.embeddings import EmbeddingMismatchError
-from llama_index_recency.errors import RecencyError
+from llama_index_recency.errors import (
+    InvalidInputError,
+    MemoryStorePathError,
+    MigrationIncompleteError,
+    PermissionDeniedError,
+    RecencyError,
+    UnsupportedStoreError,
+)
 from llama_index_recency.filters import has_condition, memory_scope, to_qdrant_filter
 from llama_index_recency.memory import is_memory_id
 from llama_index_recency.models import CALIBRATED_POLICIES
@@ -184,7 +191,7 @@ def open_memory_store(
             raise MemoryStoreNotFoundError(f"no collection {collection_name!r} at {url}")
         return QdrantVectorStore(collection_name=collection_name, client=client, aclient=aclient)
     if path is None:
-        raise ValueError("open_memory_store needs the path or url of an existing store")
+        raise InvalidInputError("open_memory_store needs the path or url of an existing store")
     check_memory_store(path, must_exist=True, collection_name=collection_name)
     if is_local_mode_store(path):
         client, _ = qdrant_clients(path=path)
@@ -207,7 +214,7 @@ def check_collection_name(name: str) -> str:
     path separator or NUL (it names a directory under the store, and a server collection).
     Otherwise ``ValueError`` naming it."""
     if name in ("", ".", "..") or any(bad in name for bad in ("/", "\\", "\0")):
-        raise ValueError(f"collection name {name!r} is not a plain name: give a non-empty name "
+        raise InvalidInputError(f"collection name {name!r} is not a plain name: give a non-empty name "
                          "without '/', '\\', NUL, and not '.' or '..'")
     return name
 
@@ -220,7 +227,7 @@ def _edge_store(
     if path is None:
         path = tempfile.mkdtemp(prefix="llama-index-recency-")
     elif Path(path).is_file():
-        raise NotADirectoryError(f"the memory store path {path} is a file, not a directory")
+        raise MemoryStorePathError(f"the memory store path {path} is a file, not a directory")
     store = _open_edge(Path(path), collection_name)
     if store.dimensions is None:  # a new shard: create it now, so opening holds the lock
         store = _open_edge(Path(path), collection_name, dimensions=identity["dimensions"])
@@ -249,7 +256,7 @@ def _open_edge(
         raise
     except Exception as error:  # Edge reports OS errors as a plain Exception with the text
         if "Permission denied" in str(error):
-            raise PermissionError(errno.EACCES, "Permission denied", str(root)) from None
+            raise PermissionDeniedError(errno.EACCES, "Permission denied", str(root)) from None
         raise
 
 
@@ -270,7 +277,7 @@ def check_memory_store(
     """
     root = Path(path)
     if root.is_file():
-        raise NotADirectoryError(f"the memory store path {root} is a file, not a directory")
+        raise MemoryStorePathError(f"the memory store path {root} is a file, not a directory")
     if is_local_mode_store(root):
         _check_local_mode_lock(root)
         return
@@ -311,7 +318,7 @@ def vector_store_of(memories: MemoryStore) -> MemoryVectorStore:
     """The vector store of an index, or the store itself; one of another kind is refused."""
     store = memories.vector_store if isinstance(memories, VectorStoreIndex) else memories
     if not isinstance(store, (QdrantEdgeVectorStore, QdrantVectorStore)):
-        raise TypeError(
+        raise UnsupportedStoreError(
             f"memories live in Qdrant Edge or Qdrant (QdrantEdgeVectorStore, QdrantVectorStore; "
             f"see open_memory_index), not in a {type(store).__name__}"
         )
@@ -414,7 +421,7 @@ def delete_memories(
     """Delete the memories with these ids AND matching ``filters``; one of them is required
     (``filters`` without a condition select everything, so they do not count)."""
     if ids is None and not has_condition(filters):
-        raise ValueError(f"name the memories to delete: ids, filters with a condition, or both; "
+        raise InvalidInputError(f"name the memories to delete: ids, filters with a condition, or both; "
                          f"got filters={filters!r}")
     store = vector_store_of(index)
     if isinstance(store, QdrantEdgeVectorStore):
@@ -535,7 +542,7 @@ def migrate_store(
             "migrate copies those into Qdrant Edge"
         )
     if is_local_mode_store(target):
-        raise ValueError(f"the target {target} is itself a 0.1.0 store; give a new directory")
+        raise InvalidInputError(f"the target {target} is itself a 0.1.0 store; give a new directory")
     client, _ = qdrant_clients(path=os.fspath(source))
     assert client is not None
     try:
@@ -566,7 +573,7 @@ def migrate_store(
     finally:
         client.close()
     if copied != source_count or target_count < source_count:
-        raise RuntimeError(
+        raise MigrationIncompleteError(
             f"migrating {source} copied {copied} of {source_count} memories and the target "
             f"holds {target_count}; the source is untouched, rerun to complete"
         )
@@ -669,7 +676,7 @@ def qdrant_clients(
     """
     if url is not None:
         if path is not None:
-            raise ValueError("give either a Qdrant server url or a local path, not both")
+            raise InvalidInputError("give either a Qdrant server url or a local path, not both")
         return QdrantClient(url=url, api_key=api_key), AsyncQdrantClient(url=url, api_key=api_key)
     location: dict[str, Any] = (
         {"path": os.fspath(path)} if path is not None else {"location": ":memory:"}

@@ -25,7 +25,7 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
-from llama_index_recency.errors import PartialWriteError
+from llama_index_recency.errors import InvalidInputError, PartialWriteError
 from llama_index_recency.filters import memory_scope
 from llama_index_recency.links import (
     LINK_KEYS,
@@ -169,7 +169,7 @@ def _check_texts(nodes: Sequence[BaseNode], stored: dict[str, BaseNode]) -> None
     for node in nodes:
         old = stored.get(node.node_id)
         if old is not None and old.get_content() != node.get_content():
-            raise ValueError(
+            raise InvalidInputError(
                 f"memory {node.node_id} is stored as {_quoted(old.get_content())}, not "
                 f"{_quoted(node.get_content())}: a memory's text never changes; store the new "
                 "fact with update_memory (it supersedes the old one) or forget the old one first")
@@ -261,7 +261,7 @@ def update_memory(
                       supersedes=[old.node_id], **node_options)
     since, when = memory_time(old), memory_time(new)
     if since is not None and when is not None and when < since:
-        raise ValueError(f"the new version is dated {new.metadata['date']}, before memory "
+        raise InvalidInputError(f"the new version is dated {new.metadata['date']}, before memory "
                          f"{node_id} it updates ({old.metadata.get('date')}): a newer fact needs "
                          "a date no earlier than the old one")
     insert_memories(index, [new])
@@ -301,7 +301,7 @@ def forget(
     """
     scope = memory_scope(user_id=user_id, before=before, filters=filters)
     if ids is None and scope is None:
-        raise ValueError(f"forget needs ids, user_id, before or filters with a condition, got "
+        raise InvalidInputError(f"forget needs ids, user_id, before or filters with a condition, got "
                          f"filters={filters!r}; it never deletes everything")
     if user_id is not None and ids is None and before is None and filters is None:
         # Imported here: the outbox needs the writer, which needs this module.

@@ -31,7 +31,7 @@ from llama_index.core.prompts import BasePromptTemplate, ChatPromptTemplate
 from llama_index.core.schema import BaseNode, TextNode
 from llama_index.core.tools import FunctionTool
 
-from llama_index_recency.errors import FinalWriteError, RetryableWriteError
+from llama_index_recency.errors import FinalWriteError, InvalidInputError, RetryableWriteError
 from llama_index_recency.errors import MemoryWriteError as MemoryWriteError  # their common base
 from llama_index_recency.memory import Turn as Turn  # a writer's input
 from llama_index_recency.memory import (
@@ -174,7 +174,7 @@ def parse_transcript(text: str) -> list[Turn]:
             continue
         match = _TURN_LINE.match(stripped)
         if match is None or not match.group(2).strip():
-            raise ValueError(
+            raise InvalidInputError(
                 f"transcript line {number}: expected 'user: …' or 'assistant: …', got {line!r}"
             )
         turns.append(Turn(role=match.group(1).lower(), text=match.group(2).strip()))  # type: ignore[arg-type]
@@ -402,7 +402,7 @@ class _Job:
                     _check(candidate, part, self.turns, self.user_name)
                     unknown = sorted(set(candidate.updates) - set(labels))
                     if unknown:
-                        raise ValueError(f"updates {unknown} name no existing memory shown")
+                        raise InvalidInputError(f"updates {unknown} name no existing memory shown")
                     # allow_future: the day was checked in start, before any LLM call.
                     node = memory_node(candidate.fact, self.day, user_name=self.user_name,
                                        user_id=self.user_id, allow_future=True,
@@ -570,15 +570,15 @@ def _check(candidate: MemoryCandidate, part: _Part, turns: Sequence[Turn],
            user_name: Optional[str]) -> None:
     """Raise ValueError naming what is wrong with a proposed fact (memory_node checks the rest)."""
     if candidate.turn not in part.turn_numbers or turns[candidate.turn - 1].role != "user":
-        raise ValueError(f"turn {candidate.turn} is not a user turn")
+        raise InvalidInputError(f"turn {candidate.turn} is not a user turn")
     fact = candidate.fact.strip()
     if not fact or "\n" in fact:
-        raise ValueError("a memory is one non-empty line")
+        raise InvalidInputError("a memory is one non-empty line")
     if _INSTRUCTION.search(fact):
-        raise ValueError("an instruction to the assistant, not a fact about the user")
+        raise InvalidInputError("an instruction to the assistant, not a fact about the user")
     if not has_subject(fact, user_name):
         subjects = " or ".join(repr(s) for s in [*SUBJECT_PLACEHOLDERS.values(), user_name] if s)
-        raise ValueError(f"no explicit subject ({subjects})")
+        raise InvalidInputError(f"no explicit subject ({subjects})")
 
 
 def _day(value: MemoryDate) -> date:

@@ -60,6 +60,13 @@ CONSTRUCTED = [  # (error, its standard base), as each is raised by the package
     (MemoryStoreUnreachableError("nothing answers at http://127.0.0.1:9"), ConnectionError),
     (CommandError("--top-n must be at least 1"), Exception),
     (LLMError("the chat LLM timed out"), RuntimeError),
+    (errors.InvalidInputError("not a date: 'soon'"), ValueError),
+    (errors.UnsupportedStoreError("a SimpleVectorStore is not Qdrant"), TypeError),
+    (errors.MemoryStorePathError("./store is a file, not a directory"), NotADirectoryError),
+    (errors.PermissionDeniedError(13, "Permission denied", "./store"), PermissionError),
+    (errors.MemoryStoreClosedError("the store at ./store is closed"), RuntimeError),
+    (errors.MigrationIncompleteError("copied 1 of 3 memories"), RuntimeError),
+    (errors.MissingExtraError("all-MiniLM-L6-v2 needs the [minilm] extra"), ImportError),
 ]
 
 
@@ -134,3 +141,35 @@ def test_an_answer_without_a_valid_memory_is_final(openai_server: OpenAIServer,
         extract_memories([Turn("user", "I've switched to green tea.")], llm,
                          memory_date="2026-09-01")
     assert not isinstance(caught.value, RetryableWriteError)
+
+
+def raised_names() -> set[tuple[str, str]]:
+    """(module, class name) of every ``raise ClassName(...)`` in the package's source (the
+    helpers that build an error, ``raise bad(...)``, return these classes)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(errors.__file__).parent
+    found = set()
+    for path in package.rglob("*.py"):
+        module = ".".join(path.relative_to(package.parent).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) \
+                    and isinstance(node.exc.func, ast.Name) and node.exc.func.id[0].isupper():
+                found.add((module, node.exc.func.id))
+    return found
+
+
+def test_everything_the_package_raises_on_purpose_is_a_recency_error() -> None:
+    """Every ``raise SomeError(...)`` in the source raises a RecencyError, except a module's
+    ``__getattr__`` saying a name does not exist (Python's own protocol)."""
+    import importlib
+
+    offenders = []
+    for module, name in sorted(raised_names()):
+        if name == "AttributeError":
+            continue
+        cls = getattr(importlib.import_module(module), name, None) or getattr(errors, name)
+        if not issubclass(cls, RecencyError):
+            offenders.append(f"{module}: {name}")
+    assert offenders == []
