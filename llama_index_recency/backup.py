@@ -101,7 +101,7 @@ def memory_lines(
     identity = embedding_identity(index) if with_embeddings else None
     if with_embeddings and identity is None:
         raise InvalidInputError("the store records no embedding model, so its vectors could not be "
-                         "checked on import; export without embeddings")
+                                "checked on import; export without embeddings")
     owners = {node.node_id: node.metadata.get(USER_ID_KEY) for node in nodes}
     outside = sorted({link for node in nodes for link in linked_ids(node, SUPERSEDES_KEY)}
                      - owners.keys())
@@ -121,8 +121,9 @@ def memory_lines(
             continue
         vector = node.embedding or []
         if len(vector) != identity["dimensions"]:
-            raise InvalidInputError(f"memory {node.node_id} has a {len(vector)}-dimensional vector; the "
-                             f"store records {identity['dimensions']} dimensions")
+            raise InvalidInputError(
+                f"memory {node.node_id} has a {len(vector)}-dimensional vector; the "
+                f"store records {identity['dimensions']} dimensions")
         numbers = ", ".join(map("{:.9g}".format, vector))
         model = json.dumps({"model": identity["model"], "dimensions": identity["dimensions"]},
                            ensure_ascii=False)
@@ -139,12 +140,12 @@ def _record(node: BaseNode, superseded_by_others: set[str],
         parse_memory_date(day)
     except ValueError:
         raise InvalidInputError(f"memory {node.node_id} has no readable date ({day!r}); only dated "
-                         "memories (memory_node's) can be exported") from None
+                                "memories (memory_node's) can be exported") from None
     prefix = f"{str(day)[:10]}: "
     text = node.get_content()
     if not text.startswith(prefix):
         raise InvalidInputError(f"memory {node.node_id}'s text does not start with its date "
-                         f"{prefix!r} as memory_node writes it: {text[:40]!r}")
+                                f"{prefix!r} as memory_node writes it: {text[:40]!r}")
     user = metadata.get(USER_ID_KEY)
     links = set(linked_ids(node, SUPERSEDES_KEY)) | superseded_by_others
     return {
@@ -238,8 +239,8 @@ class MemoryFile:
         cycle, and a memory it holds only as it holds it (another text, date, user or
         metadata under a stored id would change it; links are united). With ``replace``,
         a line's user and metadata values are taken for a stored id (keys it leaves out
-        stay; the text and date never change: the id is made from them). A problem raises :class:`MemoryFileError`
-        naming the line."""
+        stay; the text and date never change: the id is made from them). A problem raises
+        :class:`MemoryFileError` naming the line."""
         identity = embedding_identity(index)
         for line, model in zip(self.lines, self.models, strict=True):
             if model is None or model == identity:

@@ -407,7 +407,8 @@ def raw_cosine_sd(*stores: Sequence[RetrievedCandidates]) -> float:
             squares += sum((score - mean) ** 2 for score in scores)
             count += len(scores)
     if count < 2 or squares <= 0:
-        raise InvalidInputError("the spread needs at least two different raw cosines; is the store empty?")
+        raise InvalidInputError(
+            "the spread needs at least two different raw cosines; is the store empty?")
     return math.sqrt(squares / count)
 
 
@@ -480,7 +481,8 @@ class PolicyFit:
         """``base`` with the adopted weight, tau_days and threshold, in cosine units (the
         candidates' scores are raw cosines)."""
         if self.adopted is None or self.adopted.threshold is None:
-            raise InvalidInputError("no candidate passes every condition; there is no policy to adopt")
+            raise InvalidInputError(
+                "no candidate passes every condition; there is no policy to adopt")
         adopted = self.adopted
         return base.model_copy(update={"relevance": "cosine", "weight": adopted.weight,
                                        "tau_days": adopted.tau_days,

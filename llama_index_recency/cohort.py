@@ -78,7 +78,7 @@ class RelevanceCohort:
     def __init__(self, vectors: np.ndarray, model_name: str, groups: int = 1) -> None:
         if vectors.ndim != 2 or len(vectors) < 2 * groups or len(vectors) % groups:
             raise InvalidInputError(f"a cohort of {groups} equal groups of at least two vectors "
-                             f"cannot have shape {vectors.shape}")
+                                    f"cannot have shape {vectors.shape}")
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         self.vectors = (vectors / np.where(norms == 0, 1.0, norms)).astype(np.float32)
         self.model_name = model_name
@@ -103,7 +103,8 @@ class RelevanceCohort:
         cosines = max(np.split(cosines, self.groups), key=lambda group: float(group.mean()))
         sd = float(cosines.std())
         if not (sd > 0 and math.isfinite(sd)):
-            raise InvalidInputError(f"the cohort cannot scale this question (sd {sd!r} of its cosines)")
+            raise InvalidInputError(
+                f"the cohort cannot scale this question (sd {sd!r} of its cosines)")
         return QueryScale(mean=float(cosines.mean()), sd=sd)
 
 

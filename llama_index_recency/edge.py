@@ -162,7 +162,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         date_key: Optional[str] = "date",
     ) -> None:
         if dimensions is not None and dimensions < 1:
-            raise InvalidInputError(f"dimensions must be a positive vector size, got {dimensions!r}")
+            raise InvalidInputError(
+                f"dimensions must be a positive vector size, got {dimensions!r}")
         super().__init__(path=os.fspath(path), dimensions=dimensions, date_key=date_key,
                          stores_text=True)
         self._metadata = _read_metadata(self._metadata_path)
@@ -228,7 +229,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         """
         if node_ids is None and not has_condition(filters):
             raise InvalidInputError(f"delete_nodes needs node_ids or filters with a condition, got "
-                             f"filters={filters!r}; clear() deletes everything")
+                                    f"filters={filters!r}; clear() deletes everything")
         shard = self._require_open()
         selection = self._selection(node_ids, filters)
         if shard is not None and selection is not None and node_ids != []:
@@ -279,7 +280,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         """Top ``similarity_top_k`` nodes by exact cosine (``similarities`` are raw cosines),
         restricted by ``filters``, ``doc_ids`` and ``node_ids``."""
         if query.mode != VectorStoreQueryMode.DEFAULT:
-            raise InvalidInputError(f"QdrantEdgeVectorStore supports dense queries only, not {query.mode}")
+            raise InvalidInputError(
+                f"QdrantEdgeVectorStore supports dense queries only, not {query.mode}")
         if query.query_embedding is None:
             raise InvalidInputError("the query has no query_embedding")
         shard = self._require_open()
@@ -825,7 +827,8 @@ def _read_metadata(path: str) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except json.JSONDecodeError as error:
-        raise InvalidInputError(f"the collection metadata {path} is not valid JSON: {error}") from None
+        raise InvalidInputError(
+            f"the collection metadata {path} is not valid JSON: {error}") from None
     if not isinstance(record, dict):
         raise InvalidInputError(f"the collection metadata {path} is not a JSON object")
     return record

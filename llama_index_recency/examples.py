@@ -44,7 +44,7 @@ EXAMPLE_REFERENCE_DATE = date.fromisoformat(_load("memories.json")["reference_da
 def _file(stem: str, lang: str) -> str:
     if lang not in EXAMPLE_LANGUAGES:
         raise InvalidInputError(f"no bundled example in language {lang!r}; choose one of "
-                         f"{', '.join(EXAMPLE_LANGUAGES)}")
+                                f"{', '.join(EXAMPLE_LANGUAGES)}")
     return f"{stem}.json" if lang == "en" else f"{stem}_{lang}.json"
 
 

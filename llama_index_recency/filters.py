@@ -188,7 +188,8 @@ def _condition(item: MetadataFilter, vocab: _Vocabulary) -> Any:
             return vocab.number_range(key, **{bound: float(value)})
         if isinstance(value, str):
             return vocab.datetime_range(key, **{bound: _rfc3339(item)})
-        raise InvalidInputError(f"{op.name} on {key!r} needs a number or an ISO date, got {value!r}")
+        raise InvalidInputError(
+            f"{op.name} on {key!r} needs a number or an ISO date, got {value!r}")
     if op in (FilterOperator.IN, FilterOperator.ANY):
         values = _values(item)
         if _has_float(values):
@@ -228,7 +229,8 @@ def _outside(key: str, values: list[Any], vocab: _Vocabulary) -> Any:
 def _scalar(item: MetadataFilter) -> str | int | float:
     if isinstance(item.value, (str, int, float)):
         return item.value
-    raise InvalidInputError(f"{item.operator.name} on {item.key!r} needs one value, got {item.value!r}")
+    raise InvalidInputError(
+        f"{item.operator.name} on {item.key!r} needs one value, got {item.value!r}")
 
 
 def _values(item: MetadataFilter) -> list[Any]:

@@ -116,7 +116,8 @@ def fit_gate(
     that question in.
     """
     if not best or not all(best.values()):
-        raise InvalidInputError("fitting the gate needs at least one off-topic question per language")
+        raise InvalidInputError(
+            "fitting the gate needs at least one off-topic question per language")
     if not 0 <= max_bring_up < 1:
         raise InvalidInputError(f"max_bring_up must be in [0, 1), got {max_bring_up!r}")
     ordered = {lang: tuple(sorted(scores, reverse=True)) for lang, scores in best.items()}
@@ -143,7 +144,8 @@ def calibrate_gate(
 
     Each question is ranked with ``policy`` (default: the store's, :func:`index_policy`)
     by the exact retriever, inside the scope, and its best final score recorded (less the
-    threshold's rise for a question about the present); no labelled question is needed. ``fit.policy(policy)`` is the policy to save.
+    threshold's rise for a question about the present); no labelled question is needed.
+    ``fit.policy(policy)`` is the policy to save.
     """
     policy = policy or index_policy(index)
     retriever = QdrantRecencyRetriever.from_index(
@@ -157,8 +159,9 @@ def calibrate_gate(
         for text, vector in zip(texts, vectors, strict=True):
             nodes = retriever.retrieve(QueryBundle(query_str=text, embedding=vector.tolist()))
             if not nodes:
-                raise InvalidInputError("the store (or this user's part of it) is empty: there is no "
-                                 "gate to fit")
+                raise InvalidInputError(
+                    "the store (or this user's part of it) is empty: there is no "
+                    "gate to fit")
             # A question about the present meets a threshold raised by its larger bonus:
             # its score is recorded against the policy's own threshold.
             raised = policy.for_intent(question_intent(text)).threshold - policy.threshold

@@ -78,7 +78,8 @@ PAST_POINTING_PATTERNS: list[str] = [
     r"当初",
     r"かつて",
 ]
-"""Regular expressions (case-insensitive) for phrases that point to the past, English and Japanese."""
+"""Regular expressions (case-insensitive) for phrases that point to the past, English and
+Japanese."""
 
 
 @lru_cache(maxsize=8)

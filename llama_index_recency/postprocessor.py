@@ -107,7 +107,8 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
     ) -> List[NodeWithScore]:
         """The candidates' cosines in the question's cohort units."""
         if query_bundle is None:
-            raise InvalidInputError("relevance='cohort' needs the question (query_bundle) to scale by")
+            raise InvalidInputError(
+                "relevance='cohort' needs the question (query_bundle) to scale by")
         assert self.embed_model is not None  # checked at construction
         vector = query_bundle.embedding or self.embed_model.get_agg_embedding_from_queries(
             query_bundle.embedding_strs

@@ -121,7 +121,7 @@ class RecencyMemory:
                      if value is not None] + sorted(open_options)
             if given:
                 raise InvalidInputError(f"RecencyMemory takes an open index or what opens one, not "
-                                 f"both: got index and {', '.join(given)}")
+                                        f"both: got index and {', '.join(given)}")
         else:
             index = open_memory_index(embed_model or offline_embedding(), path=path, url=url,
                                       api_key=api_key, **open_options)
@@ -207,8 +207,9 @@ class RecencyMemory:
         """
         if ids is None and user_id is None and before is None and memory_scope(
                 filters=filters) is None:
-            raise InvalidInputError(f"forget needs ids, user_id, before or filters with a condition, "
-                             f"got filters={filters!r}; it never deletes everything")
+            raise InvalidInputError(
+                f"forget needs ids, user_id, before or filters with a condition, "
+                f"got filters={filters!r}; it never deletes everything")
         self._check_user(user_id)
         return forget(self.index, ids, user_id=user_id or self.user_id, before=before,
                       filters=filters)
@@ -404,4 +405,5 @@ class RecencyMemory:
 
     def _check_user(self, user_id: Optional[str]) -> None:
         if user_id is not None and self.user_id is not None and user_id != self.user_id:
-            raise InvalidInputError(f"this memory is bound to user {self.user_id!r}, not {user_id!r}")
+            raise InvalidInputError(
+                f"this memory is bound to user {self.user_id!r}, not {user_id!r}")

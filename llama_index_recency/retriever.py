@@ -76,7 +76,8 @@ class QdrantRecencyRetriever(BaseRetriever):
         """``policy`` holds the parameters (a ``RecencyBonusPostprocessor`` is one)."""
         super().__init__(callback_manager=callback_manager)
         if vague_window_days is not None and not 0 < vague_window_days < float("inf"):
-            raise InvalidInputError(f"vague_window_days must be > 0 days or None, got {vague_window_days!r}")
+            raise InvalidInputError(
+                f"vague_window_days must be > 0 days or None, got {vague_window_days!r}")
         self._vector_store = vector_store_of(vector_store)  # Edge or Qdrant, else one line
         self._embed_model = embed_model
         self._policy = policy or RecencyPolicy()

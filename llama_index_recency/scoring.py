@@ -300,7 +300,8 @@ class RecencyPolicy(BaseModel):
         metadata are left untouched.
         """
         if not 0.0 <= bonus_scale < math.inf:
-            raise InvalidInputError(f"bonus_scale must be a finite number >= 0, got {bonus_scale!r}")
+            raise InvalidInputError(
+                f"bonus_scale must be a finite number >= 0, got {bonus_scale!r}")
         threshold = self.threshold if threshold is None else threshold
         reference = reference or self.reference()
         scored: list[tuple[float, int, NodeWithScore, RankedMemory]] = []

@@ -214,8 +214,9 @@ def check_collection_name(name: str) -> str:
     path separator or NUL (it names a directory under the store, and a server collection).
     Otherwise ``ValueError`` naming it."""
     if name in ("", ".", "..") or any(bad in name for bad in ("/", "\\", "\0")):
-        raise InvalidInputError(f"collection name {name!r} is not a plain name: give a non-empty name "
-                         "without '/', '\\', NUL, and not '.' or '..'")
+        raise InvalidInputError(
+            f"collection name {name!r} is not a plain name: give a non-empty name "
+            "without '/', '\\', NUL, and not '.' or '..'")
     return name
 
 
@@ -421,8 +422,9 @@ def delete_memories(
     """Delete the memories with these ids AND matching ``filters``; one of them is required
     (``filters`` without a condition select everything, so they do not count)."""
     if ids is None and not has_condition(filters):
-        raise InvalidInputError(f"name the memories to delete: ids, filters with a condition, or both; "
-                         f"got filters={filters!r}")
+        raise InvalidInputError(
+            f"name the memories to delete: ids, filters with a condition, or both; "
+            f"got filters={filters!r}")
     store = vector_store_of(index)
     if isinstance(store, QdrantEdgeVectorStore):
         store.delete_nodes(node_ids=None if ids is None else list(ids), filters=filters)
@@ -542,7 +544,8 @@ def migrate_store(
             "migrate copies those into Qdrant Edge"
         )
     if is_local_mode_store(target):
-        raise InvalidInputError(f"the target {target} is itself a 0.1.0 store; give a new directory")
+        raise InvalidInputError(
+            f"the target {target} is itself a 0.1.0 store; give a new directory")
     client, _ = qdrant_clients(path=os.fspath(source))
     assert client is not None
     try:

@@ -9,9 +9,9 @@ share is taken out (their mean vector), and their similarity stands
 ``supersede_z`` sd above the mean of the candidates' pairs (relative to the candidates,
 so the same rule holds in languages whose sentences all sit close together). If B's final
 score is within ``supersede_margin`` of A's, B is placed right before A; A is never
-dropped by this step, only moved below B (it may then fall past ``top_n``). Like a linked successor, B enters the prompt with a passing A even when
-B's own score is under the threshold. Questions about the past skip the step
-(``RecencyPolicy.for_intent``).
+dropped by this step, only moved below B (it may then fall past ``top_n``). Like a linked
+successor, B enters the prompt with a passing A even when B's own score is under the
+threshold. Questions about the past skip the step (``RecencyPolicy.for_intent``).
 
 :func:`newer_versions_first` is the I/O-free rule; :func:`with_newer_versions` is the step
 of a search plan that fetches the candidates' vectors through the engine.

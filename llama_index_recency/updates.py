@@ -261,9 +261,10 @@ def update_memory(
                       supersedes=[old.node_id], **node_options)
     since, when = memory_time(old), memory_time(new)
     if since is not None and when is not None and when < since:
-        raise InvalidInputError(f"the new version is dated {new.metadata['date']}, before memory "
-                         f"{node_id} it updates ({old.metadata.get('date')}): a newer fact needs "
-                         "a date no earlier than the old one")
+        raise InvalidInputError(
+            f"the new version is dated {new.metadata['date']}, before memory {node_id} it "
+            f"updates ({old.metadata.get('date')}): a newer fact needs a date no earlier than "
+            "the old one")
     insert_memories(index, [new])
     return new
 
@@ -301,8 +302,9 @@ def forget(
     """
     scope = memory_scope(user_id=user_id, before=before, filters=filters)
     if ids is None and scope is None:
-        raise InvalidInputError(f"forget needs ids, user_id, before or filters with a condition, got "
-                         f"filters={filters!r}; it never deletes everything")
+        raise InvalidInputError(
+            f"forget needs ids, user_id, before or filters with a condition, got "
+            f"filters={filters!r}; it never deletes everything")
     if user_id is not None and ids is None and before is None and filters is None:
         # Imported here: the outbox needs the writer, which needs this module.
         from llama_index_recency.outbox import Outbox, outbox_path
