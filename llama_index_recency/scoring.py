@@ -64,6 +64,17 @@ class RankedMemory:
     final: float
     kept: bool
     reason: str
+    """The verdict ("kept", "below 0.45", …), then any note a ranking step left after "; "."""
+
+    def judged(self, verdict: str) -> "RankedMemory":
+        """The row with ``verdict``, keeping the note a ranking step left on it."""
+        note = self.reason.partition("; ")[2]
+        return replace(self, kept=verdict == "kept",
+                       reason=f"{verdict}; {note}" if note else verdict)
+
+    def noted(self, note: str) -> "RankedMemory":
+        """The row with ``note`` after its verdict ("kept; newer version of …")."""
+        return replace(self, reason=f"{self.reason.partition('; ')[0]}; {note}")
 
 
 @dataclass(frozen=True)
@@ -97,12 +108,6 @@ class RecencyRanking:
 
     def __str__(self) -> str:
         return self.to_table()
-
-
-def _with_note(verdict: str, previous: str) -> str:
-    """A verdict keeps a note a ranking step left on the row ("…; newer version of …")."""
-    note = previous.partition("; ")[2]
-    return f"{verdict}; {note}" if note else verdict
 
 
 def _one_line(text: str, width: int = 72) -> str:
@@ -335,8 +340,7 @@ class RecencyPolicy(BaseModel):
             else:
                 reason = "kept"
                 kept.append(NodeWithScore(node=candidate.node, score=row.final))
-            rows.append(replace(row, kept=reason == "kept",
-                                reason=_with_note(reason, row.reason)))
+            rows.append(row.judged(reason))
         return RecencyRanking(rows=tuple(rows), nodes=tuple(kept), relevance=self.relevance)
 
     def final_score(self, raw: float, date_value: Any, reference: datetime) -> Optional[float]:

@@ -164,8 +164,8 @@ def _reordered(
         if later is not None and _is_newer(order[later], older) \
                 and order[later].final >= older.final - margin:
             newer = order.pop(later)
-            order[position:position] = [_noted(newer, f"newer version of {older.node_id}")]
-            order[position + 1] = _noted(older, f"older version, below {newer.node_id}")
+            order[position:position] = [newer.noted(f"newer version of {older.node_id}")]
+            order[position + 1] = older.noted(f"older version, below {newer.node_id}")
             moves.append((newer.node_id, older.node_id))
             continue  # the newer one may have a newer version of its own further down
         position += 1
@@ -175,8 +175,3 @@ def _reordered(
 def _is_newer(candidate: RankedMemory, other: RankedMemory) -> bool:
     return (candidate.age_days is not None and other.age_days is not None
             and candidate.age_days < other.age_days)
-
-
-def _noted(row: RankedMemory, note: str) -> RankedMemory:
-    verdict, _, _ = row.reason.partition("; ")
-    return replace(row, reason=f"{verdict}; {note}")
