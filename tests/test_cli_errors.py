@@ -553,7 +553,7 @@ def test_a_read_only_store_is_one_line(capsys) -> None:
             os.chmod(directory, 0o555)
             for name in files:
                 os.chmod(os.path.join(directory, name), 0o444)
-        code, err = run_forked(["list", "--store", store], unprivileged=True)
+        code, _, err = run_in_child(["list", "--store", store], unprivileged=True)
         for directory, _, _ in os.walk(store):
             os.chmod(directory, 0o755)
     assert code == 1
@@ -561,24 +561,29 @@ def test_a_read_only_store_is_one_line(capsys) -> None:
     assert store in line and "Permission denied" in line
 
 
-def run_forked(argv: list[str], *, unprivileged: bool) -> tuple[int, str]:
-    """``main(argv)`` in a forked child (as user nobody if asked and root): exit code, stderr."""
+def run_in_child(argv: list[str], embed_model: object = None, *,
+                 unprivileged: bool = False) -> tuple[int, str, str]:
+    """``main(argv)`` in a forked child (as user nobody if ``unprivileged`` and root), so that
+    a SIGBUS kills the child only: (exit code or minus the signal, stdout, stderr)."""
     read, write = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - reported through the pipe
         os.close(read)
-        sys.stderr = io.StringIO()
+        sys.stdout, sys.stderr = io.StringIO(), io.StringIO()
         if unprivileged and os.geteuid() == 0:
             os.setgid(65534)
             os.setuid(65534)
-        code = main(argv)
-        os.write(write, json.dumps([code, sys.stderr.getvalue()]).encode())
+        code = main(argv, embed_model=embed_model)  # type: ignore[arg-type]
+        os.write(write, json.dumps([code, sys.stdout.getvalue(), sys.stderr.getvalue()]).encode())
         os._exit(0)
     os.close(write)
     with os.fdopen(read) as pipe:
-        code, err = json.loads(pipe.read())
-    os.waitpid(child, 0)
-    return code, err
+        reported = pipe.read()
+    _, status = os.waitpid(child, 0)
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status), "", ""
+    code, out, err = json.loads(reported)
+    return code, out, err
 
 
 def test_waiting_on_the_llm_shows_a_spinner_with_the_elapsed_time(store_with_a_memory,
@@ -651,27 +656,6 @@ def small_tmpfs(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
-def run_isolated(argv: list[str], embed_model: object = None) -> tuple[int, str]:
-    """``main`` in a forked child, so that a SIGBUS kills the child only: (exit code or
-    minus the signal, stderr)."""
-    read, write = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - reported through the pipe
-        os.close(read)
-        sys.stderr = io.StringIO()
-        code = main(argv, embed_model=embed_model)  # type: ignore[arg-type]
-        os.write(write, json.dumps([code, sys.stderr.getvalue()]).encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        reported = pipe.read()
-    _, status = os.waitpid(child, 0)
-    if os.WIFSIGNALED(status):
-        return -os.WTERMSIG(status), ""
-    code, err = json.loads(reported)
-    return code, err
-
-
 @pytest.mark.parametrize("small_tmpfs", ["20m"], indirect=True)
 def test_filling_a_real_tmpfs_is_one_line_with_the_count_and_list_is_no_sigbus(
         small_tmpfs: Path, tmp_path: Path) -> None:
@@ -681,12 +665,12 @@ def test_filling_a_real_tmpfs_is_one_line_with_the_count_and_list_is_no_sigbus(
                     "utf-8")
     embed = KnownCosineEmbedding({memory_node(f, d).get_content(): 0.5 for f, d in memories})
     store = str(small_tmpfs / "store")
-    code, err = run_isolated(["add", "--file", str(path), "--store", store], embed)
+    code, _, err = run_in_child(["add", "--file", str(path), "--store", store], embed)
     assert code == 1, f"killed by signal {-code}" if code < 0 else err
     line = error_line(err)
     assert line.startswith("error: stored ") and " of 1000 memories; " in line
     assert f"the disk holding the store at {store}" in line and " is full: " in line
-    code, err = run_isolated(["list", "--store", store])
+    code, _, err = run_in_child(["list", "--store", store])
     assert code in (0, 1), f"killed by signal {-code}"
     if code == 1:
         assert "is full" in error_line(err)
@@ -696,7 +680,7 @@ def test_a_tmpfs_too_small_for_the_payload_indexes_is_one_line_not_sigbus(
         small_tmpfs: Path) -> None:
     """A new shard's four payload indexes take about 2 MB each on tmpfs: 8 MB cannot hold them."""
     store = str(small_tmpfs / "store")
-    code, err = run_isolated(["add", MEMORY[0], "--date", MEMORY[1],
+    code, _, err = run_in_child(["add", MEMORY[0], "--date", MEMORY[1],
                               "--store", store], embedding_for(MEMORY))
     assert code == 1, f"killed by signal {-code}" if code < 0 else err
     line = error_line(err)

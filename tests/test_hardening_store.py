@@ -3,13 +3,11 @@ collection name is a plain name, never a path."""
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import KnownCosineEmbedding, error_line
 import test_cli_errors
-from test_cli_errors import MEMORY, QUESTION, embedding_for
+from test_cli_errors import MEMORY, QUESTION, embedding_for, run_in_child
 
 from llama_index_recency import memory_node, open_memory_index
 from llama_index_recency.cli import main
@@ -38,27 +36,6 @@ MANY = [(f"The user noted thing number {i}, with a sentence of detail like a rea
          "2026-09-01") for i in range(300)]
 
 
-def run_forked(argv: list[str], embed_model: object = None) -> tuple[int, str, str]:
-    """``main`` in a forked child, so that a SIGBUS kills the child only: (exit code or
-    minus the signal, stdout, stderr)."""
-    read, write = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - reported through the pipe
-        os.close(read)
-        sys.stdout, sys.stderr = io.StringIO(), io.StringIO()
-        code = main(argv, embed_model=embed_model)  # type: ignore[arg-type]
-        os.write(write, json.dumps([code, sys.stdout.getvalue(), sys.stderr.getvalue()]).encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        reported = pipe.read()
-    _, status = os.waitpid(child, 0)
-    if os.WIFSIGNALED(status):
-        return -os.WTERMSIG(status), "", ""
-    code, out, err = json.loads(reported)
-    return code, out, err
-
-
 def written(store: str) -> dict[Path, tuple[int, int]]:
     """Every file of ``store`` with its size and modification time."""
     return {path: (path.stat().st_size, path.stat().st_mtime_ns)
@@ -76,21 +53,21 @@ def add_many(store: str, tmp_path: Path) -> KnownCosineEmbedding:
 def assert_every_read_works(store: str, embed: KnownCosineEmbedding, tmp_path: Path,
                             count: int) -> None:
     """list, list --json, export, history and ask on ``store``, each in a forked child."""
-    code, out, err = run_forked(["list", "--store", store])
+    code, out, err = run_in_child(["list", "--store", store])
     assert (code, err) == (0, ""), err
     assert f"{count} memories in {store}" in out
-    code, out, err = run_forked(["list", "--json", "--store", store])
+    code, out, err = run_in_child(["list", "--json", "--store", store])
     assert (code, err) == (0, ""), err
     first = json.loads(out.splitlines()[0])
     assert len(out.splitlines()) == count
     exported = tmp_path / "export.jsonl"
-    code, out, err = run_forked(["export", str(exported), "--store", store])
+    code, out, err = run_in_child(["export", str(exported), "--store", store])
     assert (code, err) == (0, ""), err
     assert len(exported.read_text("utf-8").splitlines()) == count
-    code, out, err = run_forked(["history", first["id"], "--store", store])
+    code, out, err = run_in_child(["history", first["id"], "--store", store])
     assert (code, err) == (0, ""), err
     assert "1 version of memory" in out
-    code, out, err = run_forked(["ask", QUESTION, "--store", store, "--today", "2026-09-10"],
+    code, out, err = run_in_child(["ask", QUESTION, "--store", store, "--today", "2026-09-10"],
                                 embed)
     assert (code, err) == (0, ""), err
     assert "The user noted thing number" in out
@@ -115,13 +92,13 @@ def test_a_store_its_small_tmpfs_cannot_reopen_is_still_read_and_writes_say_why(
     before = written(store)
     assert_every_read_works(store, embed, tmp_path, len(MANY))
     assert written(store) == before  # nothing written where the store lives
-    code, _, err = run_forked(["add", MEMORY[0], "--date", MEMORY[1], "--store", store], embed)
+    code, _, err = run_in_child(["add", MEMORY[0], "--date", MEMORY[1], "--store", store], embed)
     assert code == 1, f"killed by signal {-code}" if code < 0 else err
     line = error_line(err)
     assert line.startswith(f"error: the disk holding the store at {shard} has ")
     assert "it is open read-only, from a temporary copy" in line
     assert written(store) == before
-    assert run_forked(["list", "--store", store])[1].count("The user noted thing number") == 300
+    assert run_in_child(["list", "--store", store])[1].count("The user noted thing number") == 300
 
 
 @pytest.mark.parametrize("small_tmpfs", ["72m"], indirect=True)
@@ -131,9 +108,9 @@ def test_the_space_to_open_a_store_is_what_edge_fills_in_not_every_hole(
     (kept cold) nor the write-ahead log: 300 memories reopen for writing on 72 MB."""
     store = str(small_tmpfs / "store")
     embed = add_many(store, tmp_path)
-    code, _, err = run_forked(["add", MEMORY[0], "--date", MEMORY[1], "--store", store], embed)
+    code, _, err = run_in_child(["add", MEMORY[0], "--date", MEMORY[1], "--store", store], embed)
     assert (code, err) == (0, "")
-    code, out, err = run_forked(["list", "--store", store])
+    code, out, err = run_in_child(["list", "--store", store])
     assert (code, err) == (0, "") and f"{len(MANY) + 1} memories in {store}" in out
 
 
@@ -143,16 +120,16 @@ def test_a_store_on_a_read_only_mount_is_read_and_writes_say_why(
     store, embed = str(small_tmpfs / "store"), embedding_for(MEMORY)
     assert main(["add", MEMORY[0], "--date", MEMORY[1], "--store", store], embed_model=embed) == 0
     subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
-    code, out, err = run_forked(["list", "--store", store])
+    code, out, err = run_in_child(["list", "--store", store])
     assert (code, err) == (0, "") and "1 memory in" in out and MEMORY[0] in out
-    code, out, err = run_forked(["ask", QUESTION, "--store", store, "--today", "2026-09-10"],
+    code, out, err = run_in_child(["ask", QUESTION, "--store", store, "--today", "2026-09-10"],
                                 embed)
     assert (code, err) == (0, "") and MEMORY[0] in out
     exported = tmp_path / "export.jsonl"
-    assert run_forked(["export", str(exported), "--store", store])[0] == 0
+    assert run_in_child(["export", str(exported), "--store", store])[0] == 0
     assert MEMORY[0] in exported.read_text("utf-8")
     tea = ("The user likes tea.", "2026-09-02")
-    code, _, err = run_forked(["add", *tea[:1], "--date", tea[1], "--store", store],
+    code, _, err = run_in_child(["add", *tea[:1], "--date", tea[1], "--store", store],
                               embedding_for(tea))
     assert code == 1
     assert error_line(err) == (
