@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from importlib import resources
 from pathlib import Path
 
@@ -105,6 +106,24 @@ def test_demo_sends_b_format_and_compares_with_off(e5, openai_server, monkeypatc
     assert "OFF (no memory)" in out and "B format" in out
     assert out.count("Lately you take it as a sweet café au lait!") == 2
     assert "chat, B format" in out and "chat, OFF (no memory)" in out
+
+
+def test_demo_ends_with_where_to_go_next(e5, tmp_path: Path, monkeypatch, capsys) -> None:
+    """The demo's last lines name the notebook and the docs (both in this checkout) and
+    commands that work as printed on a fresh default store: add a memory, then ask."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))  # the default store, empty
+    assert main(["demo", "--question-ids", "C1"], embed_model=e5) == 0
+    out = capsys.readouterr().out
+    assert "Where next" in out.split("Added time")[-1]  # after the timings: at the end
+    closing = out[out.rindex("Where next"):]
+    root = Path(__file__).resolve().parents[1]
+    for path in ("notebooks/recency_bonus_experiments.ipynb", "docs/README.md"):
+        assert path in closing and (root / path).is_file(), path
+    commands = re.findall(r"llama-index-recency (?:add|ask) .*", closing)
+    assert [shlex.split(line)[1] for line in commands] == ["add", "ask"]
+    for line in commands:
+        assert main(shlex.split(line)[1:], embed_model=e5) == 0, line
+    assert "The user has switched to green tea." in capsys.readouterr().out
 
 
 WITHOUT_H2 = "H1,H3,H4,C1,C2,N1,N2,N3,N4"

@@ -192,6 +192,18 @@ def _llm_reason(error: Exception, timeout: float | None) -> str:
 # --- subcommands ------------------------------------------------------------------------
 
 
+# The demo's closing lines: paths in the project's checkout, and commands that work as
+# printed on a fresh default store.
+WHERE_NEXT = "\n".join((
+    "Where next:",
+    "  the notebook: notebooks/recency_bonus_experiments.ipynb (the seed's tables, score plots)",
+    "  the docs: docs/README.md (one page a topic: ranking, agent memory, the store, the CLI, ...)",
+    "  your own memories, in the default store:",
+    '    llama-index-recency add "The user has switched to green tea."',
+    '    llama-index-recency ask "What do I drink these days?"',
+))
+
+
 def run_demo(args: argparse.Namespace, session: Session) -> int:
     """The bundled 16 memories and 10 questions through an in-memory Qdrant."""
     console = session.console
@@ -221,6 +233,7 @@ def run_demo(args: argparse.Namespace, session: Session) -> int:
             if llm is not None:
                 console.print(_reply(session, llm, question.text, ranking, today, args.compare))
     console.print(session.timings.table())
+    console.print(literal(WHERE_NEXT))
     return 0
 
 
