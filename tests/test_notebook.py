@@ -9,6 +9,7 @@ import importlib.util
 import json
 import re
 import warnings
+from itertools import zip_longest
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -89,9 +90,14 @@ def stale_outputs(saved: Any, fresh: Any) -> list[str]:
             continue
         for position, (out_old, out_new) in enumerate(zip(old.outputs, new.outputs, strict=True)):
             for text_old, text_new in zip(_texts(out_old), _texts(out_new), strict=True):
-                if not _same_text(text_old, text_new, exact=old.id in EXACT_CELLS):
-                    problems.append(f"cell {old.id}, output {position}: saved {text_old[:200]!r}, "
-                                    f"a run gives {text_new[:200]!r}")
+                exact = old.id in EXACT_CELLS
+                if not _same_text(text_old, text_new, exact):
+                    line_old, line_new = next(
+                        (line_old, line_new) for line_old, line_new in zip_longest(
+                            text_old.splitlines(), text_new.splitlines(), fillvalue="")
+                        if not _same_text(line_old, line_new, exact))
+                    problems.append(f"cell {old.id}, output {position}: saved {line_old!r}, "
+                                    f"a run gives {line_new!r}")
     return problems
 
 
