@@ -152,7 +152,8 @@ def cached_embeddings(embed_model: BaseEmbedding, texts: Sequence[str], *, query
                 embedded = [embed_model.get_query_embedding(text) for text in texts]
             else:
                 embedded = embed_model.get_text_embedding_batch(list(texts))
-            vectors = np.asarray(embedded, dtype=np.float32)
+            # Kept at the cache's float16 precision, so a first run and a cached one agree.
+            vectors = np.asarray(embedded, dtype=np.float16).astype(np.float32)
             _save(path, vectors)
         _CACHE[digest] = vectors
         return vectors

@@ -132,3 +132,16 @@ def test_a_cohort_scale_moves_scores_and_keeps_none() -> None:
                                                  NodeWithScore(node=node, score=None)])
     assert scaled[0].score == pytest.approx(3.0) and scaled[1].score is None
     assert not math.isnan(scaled[0].score)
+
+
+def test_embeddings_are_the_same_on_a_first_and_a_cached_run(
+    e5, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gate fitted right after embedding and one fitted from the disk cache see one vector."""
+    from llama_index_recency import cohort
+
+    monkeypatch.setenv(cohort.CACHE_DIR_ENV, str(tmp_path))
+    texts = ["What is the capital of Peru?", "日本で一番高い山は？"]
+    first = cohort.cached_embeddings(e5, texts, query=True)
+    [cached] = tmp_path.glob("embeddings-*.npy")
+    assert np.array_equal(first, np.load(cached).astype(np.float32))
