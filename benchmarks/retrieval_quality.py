@@ -153,6 +153,8 @@ class Embedder:
         self.cache: dict[str, np.ndarray] = dict(np.load(self.path)) if self.path.exists() else {}
 
     def texts(self, key: str, texts: Sequence[str], query: bool) -> np.ndarray:
+        """``texts`` embedded, cached under ``key`` and their count only: ``key`` must name
+        the texts (two banks of 150 questions in two languages need two keys)."""
         key = f"{'q' if query else 'p'}:{key}:{len(texts)}"
         if key not in self.cache:
             if query:
@@ -387,7 +389,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             embedder.embed(store)
         rankers = {s.name + s.source: Ranker(s, cohort.scale) for s in stores}
         banks = {split: {lang: list(zip(offtopic(split, lang), embedder.texts(
-            f"offtopic-{split}", offtopic(split, lang), True), strict=True))
+            f"offtopic-{split}-{lang}", offtopic(split, lang), True), strict=True))
             for lang in ("en", "ja")} for split in ("tune", "heldout")}
         # Thresholds are fitted on the tune stores of the kind this package writes: fact
         # sentences (a raw-turn store is calibrated on itself, the "self-calibrated" rows).
