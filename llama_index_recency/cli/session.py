@@ -223,16 +223,17 @@ class Session:
         """After a write, the seed's "rerun the pass as the device accumulates memories": a
         store with an explicit policy (calibrate --save) is checked and says when its gate no
         longer holds; any other refits its own gate when due (by size, or when the current
-        one lets too many off-topic questions in) and says "gate refitted: …", or why the
-        fit was refused. None: nothing to say."""
+        one lets too many off-topic questions in) and says "gate refitted: …". None: nothing
+        to say (a refused fit is logged, one line on stderr)."""
         with self.timings.stage("checking the relevance gate"):
             if has_saved_policy(index):
                 return check_gate(index)
-            fit = refit_gate(index, check=True)
-        if fit is None:
+            try:
+                fit = refit_gate(index, check=True)
+            except Exception as error:  # noqa: BLE001 - the memories are stored
+                return f"the gate was not refitted: {reason(error)}"
+        if fit is None or fit.refused:
             return None
-        if fit.refused:
-            return f"{fit.refused}; the gate stays as it was"
         return f"gate refitted: {index_policy(index).gate_description()}"
 
     def insert(self, index: VectorStoreIndex, nodes: Sequence[TextNode]) -> Written:
