@@ -32,6 +32,7 @@ from llama_index.core.schema import NodeWithScore
 
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.examples import ExampleQuestion
+from llama_index_recency.gate_fit import COSINE_NOISE_MARGIN
 from llama_index_recency.scoring import DROPPED_NO_DATE, RecencyPolicy
 from llama_index_recency.vague import (
     VAGUE_WINDOW_DAYS,
@@ -55,7 +56,7 @@ difference in relevance (2 sd: the seed's 0.05 is ~1.5 sd for Qwen3 and ~2 sd fo
 SPREAD_TAUS: tuple[float, ...] = (14.0, 30.0)
 """Bonus decays :func:`fit_policy` tries, in days: the seed's two."""
 
-NOISE_MARGIN = 0.001
+NOISE_MARGIN = COSINE_NOISE_MARGIN
 """Cosine a fitted threshold must keep from both sides of its gap for a candidate to pass.
 
 Another CPU moves e5's cosines by ~1e-4 (a different build of the same 4-bit kernels), so

@@ -8,6 +8,8 @@ shown, unrounded: the same rows as ``explain()``.
 
 from __future__ import annotations
 
+from typing import Optional
+
 from llama_index.core.bridge.pydantic import BaseModel, Field
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.events.base import BaseEvent
@@ -33,13 +35,18 @@ class MemoryRankingRow(BaseModel):
 
 
 class MemoryRankingEvent(BaseEvent):
-    """A memory ranking: the policy it used (for the question's intent), one row per candidate
-    shown, the question's intent and the vague-path flag."""
+    """A memory ranking: the policy it used (for the question's language and intent), one row
+    per candidate shown, the question's intent, the vague-path flag, and which threshold it
+    met: the question's language, the language whose threshold was used (None: one for
+    every language) and where that threshold came from."""
 
     policy: RecencyPolicy
     rows: list[MemoryRankingRow]
     intent: Intent = "neutral"
     vague: bool = False
+    language: str = "en"
+    threshold_language: Optional[str] = None
+    threshold_origin: str = "shipped"
 
     @classmethod
     def class_name(cls) -> str:
@@ -54,4 +61,7 @@ def dispatch_ranking(policy: RecencyPolicy, ranking: RecencyRanking) -> None:
                                final=row.final, verdict=row.reason) for row in ranking.rows],
         intent=ranking.intent,
         vague=ranking.vague,
+        language=ranking.language,
+        threshold_language=ranking.threshold_language,
+        threshold_origin=ranking.threshold_origin,
     ))

@@ -31,6 +31,7 @@ from llama_index.core.schema import TextNode
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
 from llama_index_recency.errors import FinalWriteError
+from llama_index_recency.gate import MIN_FIT_MEMORIES, refit_gate
 from llama_index_recency.outbox import Conversation, Outbox, outbox_path
 from llama_index_recency.prompts import (
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
@@ -69,6 +70,11 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
     agent reads the memory again) are held there too, so a process that dies before the
     next turn or :meth:`remember_session` loses none of them: the next block opened with an
     ``llm`` writes them.
+
+    The gate: without a ``policy`` the block ranks with the store's own, which fits itself
+    (:func:`~llama_index_recency.gate.refit_gate`): the worker refits it after storing a
+    batch once the store is due, and the block's retriever refits a store grown by other
+    writers on a background thread; a turn always ranks with the gate in place meanwhile.
     """
 
     name: str = Field(default="recency_memory", description="The block's name in the prompt.")
@@ -107,7 +113,13 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
         "process at a time per file.",
     )
 
+    min_fit_memories: int = Field(
+        default=MIN_FIT_MEMORIES, ge=1, description="The store size at which the store's own "
+        "gate is first fitted (refitted as it doubles).",
+    )
+
     _retriever: Optional[QdrantRecencyRetriever] = PrivateAttr(default=None)
+    _follows_store: bool = PrivateAttr(default=False)
     _outbox: Outbox = PrivateAttr()
     _lock: threading.Condition = PrivateAttr(default_factory=threading.Condition)
     _queue: "deque[Conversation]" = PrivateAttr(default_factory=deque)
@@ -119,6 +131,7 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
     def model_post_init(self, __context: Any) -> None:
         """Fill in the store's policy and outbox; with an llm, retry what a past process left."""
         if self.policy is None:
+            self._follows_store = True
             self.policy = index_policy(self.index)
         if self.outbox_path is None:
             self.outbox_path = outbox_path(self.index)
@@ -136,14 +149,16 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
         """The exact recency retriever this block reads with (scoped to ``user_id``)."""
         if self._retriever is None:
             self._retriever = QdrantRecencyRetriever.from_index(
-                self.index, self._policy, user_id=self.user_id
+                self.index, None if self._follows_store else self.policy,
+                user_id=self.user_id, min_fit_memories=self.min_fit_memories,
             )
         return self._retriever
 
     @property
     def _policy(self) -> RecencyPolicy:
-        assert self.policy is not None  # set in model_post_init
-        return self.policy
+        """The policy the block reads and dates with: its retriever's (the store's own,
+        refitted, when no policy was given)."""
+        return self.retriever.policy
 
     @property
     def pending_retries(self) -> int:
@@ -370,7 +385,17 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
                 logger.warning("%s: could not write memories, kept for a retry: %s", self.name, error)
             return []
         self._outbox.remove(conversation.id)
+        if stored:
+            self._refit_gate()
         return stored
+
+    def _refit_gate(self) -> None:
+        """Refit the store's gate if the write made it due; a failure is one warning line."""
+        try:
+            refit_gate(self.index, min_memories=self.min_fit_memories)
+        except Exception as error:  # noqa: BLE001 - the memories are stored; the gate can wait
+            logger.warning("%s: the gate was not refitted: %s: %s", self.name,
+                           type(error).__name__, error)
 
 
 class _SessionTurns:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import List, Optional
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -13,7 +12,6 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.cohort import relevance_cohort
-from llama_index_recency.intent import question_intent
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 from llama_index_recency.supersession import newer_versions_first
 
@@ -72,12 +70,13 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
     ) -> RecencyRanking:
         """Score every candidate and say which are kept and why (raw, age, bonus, final),
         with the bonus the question's intent calls for and newer versions placed first."""
-        intent = "neutral" if query_bundle is None else question_intent(query_bundle.query_str)
-        policy = self.for_intent(intent)
+        policy = self if query_bundle is None else self.for_question(query_bundle.query_str)
         if self.relevance == "cohort":
             nodes = self._cohort_scaled(nodes, query_bundle)
         reference = policy.reference()
-        ranking = replace(policy.rank(nodes, reference), intent=intent)
+        ranking = policy.rank(nodes, reference)
+        if query_bundle is not None:
+            ranking = self.asked(ranking, query_bundle.query_str)
         if policy.supersede_margin is None:
             return ranking
         return newer_versions_first(ranking, self._with_vectors(nodes), policy, reference)

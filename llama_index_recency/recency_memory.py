@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import date, datetime
@@ -28,7 +29,7 @@ from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.backup import export_memories, import_memories
 from llama_index_recency.chat import RecencyChatEngine
 from llama_index_recency.filters import memory_scope
-from llama_index_recency.gate import MAX_BRING_UP, GateFit, calibrate_gate
+from llama_index_recency.gate import MAX_BRING_UP, MIN_FIT_MEMORIES, GateFit, calibrate_gate, refit_gate
 from llama_index_recency.links import memory_history
 from llama_index_recency.memory import memory_node
 from llama_index_recency.memory_block import RecencyMemoryBlock
@@ -51,6 +52,8 @@ from llama_index_recency.updates import (
     update_memory,
 )
 from llama_index_recency.writer import Turn, remember
+
+logger = logging.getLogger(__name__)
 
 MemoryDate = date | datetime | str
 Fact = tuple[str, MemoryDate]
@@ -88,10 +91,14 @@ class RecencyMemory:
         url: A Qdrant server's url (``api_key`` for it); not with ``path``.
         index: An index already opened with :func:`open_memory_index` (then ``embed_model``,
             ``path``, ``url`` and ``open_options`` must not be given).
-        policy: The ranking policy (default: the store's, :func:`index_policy`).
+        policy: The ranking policy, used as given. Default: the store's own
+            (:func:`index_policy`), read afresh as the store refits its gate: every write
+            refits it once the store holds ``min_fit_memories`` memories, and again each
+            time it doubles (:func:`~llama_index_recency.gate.refit_gate`).
         user_id: Whose memories: every read and write is scoped to this user; None, unscoped.
         user_name: Replaces the generic subject ("The user") of the facts written.
         llm: The LLM :meth:`remember`, :meth:`as_memory_block` and :meth:`chat_engine` use.
+        min_fit_memories: The store size at which its own gate is first fitted.
         open_options: More arguments for :func:`open_memory_index` (``collection_name``, ...).
 
     Raises:
@@ -113,6 +120,7 @@ class RecencyMemory:
         user_id: Optional[str] = None,
         user_name: Optional[str] = None,
         llm: Optional[LLM] = None,
+        min_fit_memories: int = MIN_FIT_MEMORIES,
         **open_options: Any,
     ) -> None:
         if index is not None:
@@ -127,9 +135,19 @@ class RecencyMemory:
                                       api_key=api_key, **open_options)
         self.index: VectorStoreIndex = index
         """The memory index (a ``VectorStoreIndex`` over the store)."""
-        self.policy: RecencyPolicy = policy or index_policy(index)
-        """The policy every search and integration ranks with."""
+        self._policy = policy
         self.user_id, self.user_name, self.llm = user_id, user_name, llm
+        self.min_fit_memories = min_fit_memories
+
+    @property
+    def policy(self) -> RecencyPolicy:
+        """The policy every search and integration ranks with: the one given, else the
+        store's own (:func:`index_policy`) as it stands."""
+        return self._policy or index_policy(self.index)
+
+    @policy.setter
+    def policy(self, policy: Optional[RecencyPolicy]) -> None:
+        self._policy = policy
 
     # --- writing ----------------------------------------------------------------------
 
@@ -161,7 +179,9 @@ class RecencyMemory:
                  else memory_node(memory[0], memory[1], user_id=self.user_id,
                                   user_name=self.user_name)
                  for memory in memories]
-        return insert_memories(self.index, nodes, on_progress=on_progress)
+        stored = insert_memories(self.index, nodes, on_progress=on_progress)
+        self._refit_gate()
+        return stored
 
     def update(self, memory_id: str, text: str, memory_date: MemoryDate, **node_options: Any
                ) -> TextNode:
@@ -181,8 +201,10 @@ class RecencyMemory:
             ValueError: A date before the old memory's, or a fact :func:`memory_node` refuses.
         """
         node_options.setdefault("user_name", self.user_name)
-        return update_memory(self.index, memory_id, text, memory_date, user_id=self.user_id,
-                             **node_options)
+        updated = update_memory(self.index, memory_id, text, memory_date, user_id=self.user_id,
+                                **node_options)
+        self._refit_gate()
+        return updated
 
     def forget(
         self,
@@ -240,9 +262,11 @@ class RecencyMemory:
             FutureMemoryDateError: ``memory_date`` after tomorrow, before any LLM call.
             ValueError: No LLM given here or to the object.
         """
-        return remember(turns, self.index, self._llm(llm), memory_date=memory_date,
-                        user_name=self.user_name, user_id=self.user_id,
-                        allow_future=allow_future)
+        stored = remember(turns, self.index, self._llm(llm), memory_date=memory_date,
+                          user_name=self.user_name, user_id=self.user_id,
+                          allow_future=allow_future)
+        self._refit_gate()
+        return stored
 
     def import_(self, path: str | os.PathLike[str], *,
                 on_progress: Optional[Progress] = None) -> int:
@@ -256,7 +280,9 @@ class RecencyMemory:
             MemoryFileError: A line that cannot be imported (named); nothing was stored.
             PartialWriteError: A batch failed; it says how many were stored.
         """
-        return import_memories(self.index, path, on_progress=on_progress)
+        new = import_memories(self.index, path, on_progress=on_progress)
+        self._refit_gate()
+        return new
 
     # --- reading ----------------------------------------------------------------------
 
@@ -319,7 +345,8 @@ class RecencyMemory:
 
         ``kwargs`` go to :class:`QdrantRecencyRetriever` (``filters``, ``vague_window_days``).
         """
-        return QdrantRecencyRetriever.from_index(self.index, self.policy, user_id=self.user_id,
+        kwargs.setdefault("min_fit_memories", self.min_fit_memories)
+        return QdrantRecencyRetriever.from_index(self.index, self._policy, user_id=self.user_id,
                                                  **kwargs)
 
     def as_memory_block(self, **kwargs: Any) -> RecencyMemoryBlock:
@@ -327,9 +354,9 @@ class RecencyMemory:
 
         ``kwargs`` go to :class:`RecencyMemoryBlock` (``name``, ``background``, ...).
         """
-        options: dict[str, Any] = {"index": self.index, "policy": self.policy,
+        options: dict[str, Any] = {"index": self.index, "policy": self._policy,
                                    "user_id": self.user_id, "user_name": self.user_name,
-                                   "llm": self.llm}
+                                   "llm": self.llm, "min_fit_memories": self.min_fit_memories}
         return RecencyMemoryBlock(**{**options, **kwargs})
 
     def chat_engine(self, *, llm: Optional[LLM] = None, **kwargs: Any) -> RecencyChatEngine:
@@ -396,6 +423,14 @@ class RecencyMemory:
     acalibrate = _in_thread(calibrate)
 
     # --- helpers ----------------------------------------------------------------------
+
+    def _refit_gate(self) -> None:
+        """After a write: refit the store's gate if it is due (a failure is one warning
+        line; the memories are stored)."""
+        try:
+            refit_gate(self.index, min_memories=self.min_fit_memories)
+        except Exception as error:  # noqa: BLE001 - the write succeeded; the gate can wait
+            logger.warning("the gate was not refitted: %s: %s", type(error).__name__, error)
 
     def _llm(self, llm: Optional[LLM]) -> LLM:
         chosen = llm or self.llm

@@ -12,7 +12,11 @@ search request.
 
 from __future__ import annotations
 
-from dataclasses import replace
+import logging
+import math
+import threading
+from collections.abc import Callable, Mapping
+from datetime import date
 from typing import Any, List, Optional, Sequence
 
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -30,18 +34,43 @@ from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import models
 
 from llama_index_recency.errors import InvalidInputError
-from llama_index_recency.cohort import QueryScale, relevance_cohort
+from llama_index_recency.cohort import QueryScale, cached_embeddings, relevance_cohort
 from llama_index_recency.edge import QdrantEdgeVectorStore
 from llama_index_recency.events import dispatch_ranking
 from llama_index_recency.filters import memory_scope, to_qdrant_filter
 from llama_index_recency.links import with_successors
 from llama_index_recency.memory import SUPERSEDES_KEY, USER_ID_KEY, SeveralUsersWarning
+from llama_index_recency.gate_fit import (
+    BANK_LANGUAGES,
+    MIN_FIT_MEMORIES,
+    REFIT_RATIO,
+    GateFit,
+    fit_gate,
+    noise_margin,
+    offtopic_questions,
+    refit_due,
+)
 from llama_index_recency.intent import question_intent
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 from llama_index_recency.search import MemorySearch, SearchPlan, dated_filter, exact_recency_search
 from llama_index_recency.supersession import with_newer_versions
-from llama_index_recency.store import index_policy, qdrant_selection, vector_store_of
+from llama_index_recency.store import (
+    GATE_METADATA_KEY,
+    POLICY_METADATA_KEY,
+    MemoryVectorStore,
+    count_memories,
+    gate_record,
+    has_saved_policy,
+    index_policy,
+    qdrant_selection,
+    save_gate_fit,
+    vector_store_of,
+)
 from llama_index_recency.vague import VAGUE_WINDOW_DAYS, is_vague_reference, with_recent
+
+logger = logging.getLogger(__name__)
+
+_OPEN = -1e9  # a threshold every memory passes: the search then returns the best one
 
 
 class QdrantRecencyRetriever(BaseRetriever):
@@ -60,6 +89,13 @@ class QdrantRecencyRetriever(BaseRetriever):
     character can ask back which one is meant; the ranking says ``vague=True`` and the
     nodes carry :data:`~llama_index_recency.vague.VAGUE_REFERENCE_KEY` for the prompt.
     ``vague_window_days=None`` turns that path off.
+
+    Built by :meth:`from_index` without a policy, it ranks with the store's own
+    (:func:`~llama_index_recency.store.index_policy`) and keeps the store's gate fitted: a
+    store grown to ``min_fit_memories`` (then to :data:`~llama_index_recency.gate_fit.REFIT_RATIO`
+    times its last fit) is refitted on a background thread (:func:`refit_store_gate`)
+    while questions are ranked with the current gate, and a fit saved by any writer is
+    adopted at the next question (Qdrant Edge stores; :meth:`wait_for_refit` waits for it).
     """
 
     def __init__(
@@ -72,8 +108,11 @@ class QdrantRecencyRetriever(BaseRetriever):
         user_id: Optional[str] = None,
         vague_window_days: Optional[float] = VAGUE_WINDOW_DAYS,
         callback_manager: Optional[CallbackManager] = None,
+        min_fit_memories: int = MIN_FIT_MEMORIES,
     ) -> None:
-        """``policy`` holds the parameters (a ``RecencyBonusPostprocessor`` is one)."""
+        """``policy`` holds the parameters (a ``RecencyBonusPostprocessor`` is one);
+        ``min_fit_memories``: the store size at which a retriever following the store's own
+        policy fits its gate."""
         super().__init__(callback_manager=callback_manager)
         if vague_window_days is not None and not 0 < vague_window_days < float("inf"):
             raise InvalidInputError(
@@ -85,6 +124,11 @@ class QdrantRecencyRetriever(BaseRetriever):
         self._several_users = SeveralUsersWarning(type(self).__name__, scoped=user_id is not None)
         self._vague_window_days = vague_window_days
         self._ready = False
+        self._min_fit_memories = min_fit_memories
+        self._follows_store = False  # set by from_index without a policy
+        self._adopted: Any = None  # the store's saved policy and gate fit the policy came from
+        self._next_try = 0  # fewest memories before this retriever launches a refit again
+        self._refit: Optional[_Refit] = None
 
     @classmethod
     def from_index(
@@ -99,13 +143,27 @@ class QdrantRecencyRetriever(BaseRetriever):
         calibrated and saved with it, else its model's shipped one, else the seed's).
         """
         # VectorStoreIndex keeps its embedding model private; its own as_retriever reads it too.
-        return cls(index.vector_store, index._embed_model, policy=policy or index_policy(index),
-                   **kwargs)
+        retriever = cls(index.vector_store, index._embed_model,
+                        policy=policy or index_policy(index), **kwargs)
+        if policy is None:
+            retriever._follows_store = True
+            retriever._adopted = _policy_records(retriever._vector_store)
+        return retriever
 
     @property
     def policy(self) -> RecencyPolicy:
         """The recency parameters this retriever ranks with."""
         return self._policy
+
+    def wait_for_refit(self) -> Optional[GateFit]:
+        """Wait for the gate refit this retriever launched (if any) and rank with its result
+        from now on; returns the fit (None: none ran, or it failed)."""
+        refit = self._refit
+        if refit is None:
+            return None
+        refit.thread.join()
+        self._follow_store()
+        return refit.fit
 
     def explain(self, query: QueryType) -> RecencyRanking:
         """The ranking behind :meth:`retrieve`: every memory seen that could pass, with its numbers.
@@ -129,12 +187,14 @@ class QdrantRecencyRetriever(BaseRetriever):
         return ranking
 
     def _explain(self, bundle: QueryBundle) -> RecencyRanking:
+        self._follow_store()
         if not self._prepare():
             return RecencyRanking(rows=(), nodes=(), relevance=self._policy.relevance)
         vector = self._embed(bundle)
         return self._drive(self._plan(bundle), vector, self._scale(vector))
 
     async def _aexplain(self, bundle: QueryBundle) -> RecencyRanking:
+        self._follow_store()
         empty = RecencyRanking(rows=(), nodes=(), relevance=self._policy.relevance)
         if not _has_async_client(self._vector_store):
             vector = await self._aembed(bundle)
@@ -159,11 +219,10 @@ class QdrantRecencyRetriever(BaseRetriever):
         placed before the older ones they repeat, each superseded memory's newest linked
         successor placed before it, then for a vague reference the recent memories in the
         places left."""
-        intent = question_intent(bundle.query_str)
-        policy = self._policy.for_intent(intent)
+        policy = self._policy.for_question(bundle.query_str)
         reference = policy.reference()
         ranking = yield from exact_recency_search(policy, reference, self._filters)
-        ranking = replace(ranking, intent=intent)
+        ranking = self._policy.asked(ranking, bundle.query_str)
         ranking = yield from with_newer_versions(ranking, policy, reference, self._filters)
         ranking = yield from with_successors(ranking, policy, reference, self._filters)
         if self._vague_window_days is None or not is_vague_reference(bundle.query_str):
@@ -172,8 +231,26 @@ class QdrantRecencyRetriever(BaseRetriever):
                                        self._vague_window_days))
 
     def _policy_for(self, bundle: QueryBundle) -> RecencyPolicy:
-        """The policy a question is ranked with (:meth:`RecencyPolicy.for_intent`)."""
-        return self._policy.for_intent(question_intent(bundle.query_str))
+        """The policy a question is ranked with (:meth:`RecencyPolicy.for_question`)."""
+        return self._policy.for_question(bundle.query_str)
+
+    def _follow_store(self) -> None:
+        """Following the store's policy: adopt a gate (or explicit policy) saved since, and
+        launch a background refit when the store grew enough for one (Edge stores)."""
+        store = self._vector_store
+        if not self._follows_store or not isinstance(store, QdrantEdgeVectorStore):
+            return
+        records = _policy_records(store)
+        if records != self._adopted:
+            self._policy, self._adopted = index_policy(store), records
+        if self._refit is not None and self._refit.thread.is_alive():
+            return
+        memories = store.count()
+        if memories < self._next_try or not _due(store, self._min_fit_memories, memories):
+            return
+        self._next_try = math.ceil(REFIT_RATIO * memories)  # a failed or refused fit waits
+        embed_model, least = self._embed_model, self._min_fit_memories
+        self._refit = _Refit(lambda: refit_store_gate(store, embed_model, min_memories=least))
 
     def _scale(self, vector: List[float]) -> Optional[QueryScale]:
         """The question's cohort scale when the policy is in cohort units, else None (cosine)."""
@@ -311,6 +388,126 @@ class QdrantRecencyRetriever(BaseRetriever):
                 bundle.embedding_strs
             )
         return bundle.embedding
+
+
+# --- the store's own gate --------------------------------------------------------------------
+
+
+def offtopic_best(
+    store: BasePydanticVectorStore,
+    embed_model: BaseEmbedding,
+    policy: RecencyPolicy,
+    *,
+    questions: Optional[Mapping[str, Sequence[str]]] = None,
+    user_id: Optional[str] = None,
+    filters: Optional[MetadataFilters] = None,
+) -> dict[str, list[float]]:
+    """Per language, each off-topic question's best final score on the store (default: the
+    shipped bank), ranked with ``policy`` by the exact retriever inside the scope, less the
+    threshold's rise for a question about the present."""
+    retriever = QdrantRecencyRetriever(
+        store, embed_model,
+        policy.model_copy(update={"threshold": _OPEN, "top_n": 1, "language_thresholds": {}}),
+        user_id=user_id, filters=filters,
+    )
+    banks = questions or {lang: offtopic_questions(lang) for lang in BANK_LANGUAGES}
+    best: dict[str, list[float]] = {}
+    for lang, texts in banks.items():
+        vectors = cached_embeddings(embed_model, list(texts), query=True)
+        for text, vector in zip(texts, vectors, strict=True):
+            nodes = retriever.retrieve(QueryBundle(query_str=text, embedding=vector.tolist()))
+            if not nodes:
+                raise InvalidInputError(
+                    "the store (or this user's part of it) is empty: there is no "
+                    "gate to fit")
+            # A question about the present meets a threshold raised by its larger bonus:
+            # its score is recorded against the policy's own threshold.
+            raised = policy.for_intent(question_intent(text)).threshold - policy.threshold
+            best.setdefault(lang, []).append(float(nodes[0].score or 0.0) - raised)
+    return best
+
+
+def refit_store_gate(
+    store: BasePydanticVectorStore,
+    embed_model: BaseEmbedding,
+    *,
+    min_memories: int = MIN_FIT_MEMORIES,
+    ratio: float = REFIT_RATIO,
+    check: bool = False,
+    today: Optional[date] = None,
+) -> Optional[GateFit]:
+    """Fit the store's own gate when it is due and save it (``store.save_gate_fit``).
+
+    Due: no explicit policy is saved (``save_policy`` wins, always), the store holds
+    ``min_memories`` and was never fitted in its policy's units or holds ``ratio`` times the
+    memories of its last fit, or (``check``) the current gate lets more than the share of
+    the bank in. Returns the fit (None: not due); a fit whose
+    :attr:`~llama_index_recency.gate_fit.GateFit.refused` says why is logged and not saved,
+    the previous gate stays. One fit at a time per store.
+    """
+    vectors = vector_store_of(store)
+    with _fit_lock(vectors):
+        memories = count_memories(vectors)
+        if has_saved_policy(vectors) or memories < min_memories:
+            return None
+        policy = index_policy(vectors)
+        best = None
+        if not _due(vectors, min_memories, memories, ratio):
+            if not check:
+                return None
+            best = offtopic_best(vectors, embed_model, policy)
+            if not fit_gate(best, margin=noise_margin(policy)).lets_too_many_in(policy):
+                return None
+        best = best or offtopic_best(vectors, embed_model, policy)
+        fit = fit_gate(best, margin=noise_margin(policy))
+        if fit.refused:
+            logger.warning("%s; the gate stays %s", fit.refused, policy.threshold_origin)
+            return fit
+        save_gate_fit(vectors, policy.relevance, fit.thresholds, memories, today or date.today())
+        return fit
+
+
+def _due(store: MemoryVectorStore, min_memories: int, memories: int,
+         ratio: float = REFIT_RATIO) -> bool:
+    """Whether ``store`` of ``memories`` is due for a fit by its size (:func:`refit_due`)."""
+    if has_saved_policy(store):
+        return False
+    record = gate_record(store)
+    units = index_policy(store).relevance
+    fitted_on = record["memories"] if record and record.get("relevance") == units else None
+    return refit_due(memories, fitted_on, min_memories, ratio)
+
+
+def _policy_records(store: MemoryVectorStore) -> tuple[Any, Any]:
+    """The saved explicit policy and gate fit a store's policy is read from."""
+    metadata = store.metadata if isinstance(store, QdrantEdgeVectorStore) else {}
+    return metadata.get(POLICY_METADATA_KEY), metadata.get(GATE_METADATA_KEY)
+
+
+_FIT_LOCKS: dict[int, threading.Lock] = {}
+_FIT_LOCKS_GUARD = threading.Lock()
+
+
+def _fit_lock(store: MemoryVectorStore) -> threading.Lock:
+    """The lock that lets one gate fit run at a time on ``store``."""
+    with _FIT_LOCKS_GUARD:
+        return _FIT_LOCKS.setdefault(id(store), threading.Lock())
+
+
+class _Refit:
+    """A gate fit on a daemon thread: a failure is one warning line, never the caller's."""
+
+    def __init__(self, fit: Callable[[], Optional[GateFit]]) -> None:
+        self.fit: Optional[GateFit] = None
+        self._run = fit
+        self.thread = threading.Thread(target=self._work, name="gate-refit", daemon=True)
+        self.thread.start()
+
+    def _work(self) -> None:
+        try:
+            self.fit = self._run()
+        except Exception as error:  # noqa: BLE001 - a refit never breaks a turn
+            logger.warning("the gate was not refitted: %s: %s", type(error).__name__, error)
 
 
 def _scored(

@@ -19,12 +19,14 @@ from llama_index.core.bridge.pydantic import (
     PrivateAttr,
     field_serializer,
     field_validator,
+    model_validator,
 )
 from llama_index.core.schema import NodeWithScore
 
 from llama_index_recency.errors import InvalidInputError, RecencyError
 from llama_index_recency.dates import parse_memory_date
-from llama_index_recency.intent import Intent
+from llama_index_recency.intent import Intent, question_intent
+from llama_index_recency.language import nearest_language, question_language
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +93,27 @@ class RecencyRanking:
     intent: Intent = "neutral"
     """What the question asked of time (:func:`~llama_index_recency.intent.question_intent`),
     which chose the bonus (:meth:`RecencyPolicy.for_intent`)."""
+    language: str = "en"
+    """The question's language (:func:`~llama_index_recency.language.question_language`)."""
+    threshold_language: Optional[str] = None
+    """The language whose threshold ranked it (:meth:`RecencyPolicy.for_question`); None: the
+    policy has one threshold for every language."""
+    threshold: Optional[float] = None
+    """The threshold the question met (its language's, raised for a question about the present)."""
+    threshold_origin: str = "shipped"
+    """Where the threshold came from (:attr:`RecencyPolicy.threshold_origin`)."""
+
+    def gate_line(self) -> str:
+        """Which threshold ranked the question and where it came from, e.g. "threshold 0.842
+        (ja, fitted on 240 memories on 2026-12-03); zh: using ja's threshold"."""
+        if self.threshold is None:
+            return ""
+        source = (self.threshold_origin if self.threshold_language is None
+                  else f"{self.threshold_language}, {self.threshold_origin}")
+        line = f"threshold {self.threshold:.3f} ({source})"
+        if self.threshold_language not in (None, self.language):
+            line += f"; {self.language}: using {self.threshold_language}'s threshold"
+        return line
 
     def to_table(self) -> str:
         """Render the rows as the seed's Markdown table (memory, raw, bonus, final, verdict)."""
@@ -107,7 +130,9 @@ class RecencyRanking:
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        return self.to_table()
+        """The table, then which threshold ranked the question (:meth:`gate_line`)."""
+        line = self.gate_line()
+        return f"{self.to_table()}\n\n{line}" if line else self.to_table()
 
 
 def _one_line(text: str, width: int = 72) -> str:
@@ -217,6 +242,22 @@ class RecencyPolicy(BaseModel):
             "string, or a zero-argument callable returning one of those."
         ),
     )
+    language_thresholds: dict[str, float] = Field(
+        default_factory=dict,
+        description=(
+            "A threshold per question language ('en', 'ja', ...; see language.question_language); "
+            "a question in a language without one uses the nearest "
+            "(language.nearest_language). Empty: threshold for every language."
+        ),
+    )
+    threshold_origin: str = Field(
+        default="shipped",
+        description=(
+            "Where the threshold came from: 'shipped', 'explicit' (calibrated and saved, or "
+            "given: a threshold set without an origin is explicit), 'fitted on N memories on "
+            "DATE' (the store's own gate)."
+        ),
+    )
     on_missing_date: MissingDatePolicy = Field(
         default="no_bonus",
         description=(
@@ -226,6 +267,13 @@ class RecencyPolicy(BaseModel):
     )
 
     _warned_missing_date: bool = PrivateAttr(default=False)
+
+    @model_validator(mode="after")
+    def _given_threshold_is_explicit(self) -> "RecencyPolicy":
+        fields = self.model_fields_set
+        if "threshold_origin" not in fields and fields & {"threshold", "language_thresholds"}:
+            self.threshold_origin = "explicit"
+        return self
 
     @field_validator("reference_date")
     @classmethod
@@ -258,6 +306,39 @@ class RecencyPolicy(BaseModel):
         if value is None:
             return datetime.now(timezone.utc)
         return parse_memory_date(value)
+
+    def gate_description(self) -> str:
+        """The gate and where it came from: "threshold en 0.818, ja 0.801 (fitted on 40
+        memories on 2026-12-03)", "threshold 0.820 (shipped)"."""
+        thresholds = ", ".join(f"{lang} {value:.3f}"
+                               for lang, value in sorted(self.language_thresholds.items()))
+        return f"threshold {thresholds or f'{self.threshold:.3f}'} ({self.threshold_origin})"
+
+    def for_question(self, text: str) -> "RecencyPolicy":
+        """The plain policy that ranks the question ``text``: its language's threshold
+        (:attr:`language_thresholds`, the nearest fitted language's for another one), then
+        the bonus its intent calls for (:meth:`for_intent`)."""
+        policy = self
+        chosen = self.threshold_language(question_language(text))
+        if chosen is not None:
+            policy = self.model_copy(update={"threshold": self.language_thresholds[chosen]})
+        return policy.for_intent(question_intent(text))
+
+    def threshold_language(self, language: str) -> Optional[str]:
+        """The language whose threshold ranks a question in ``language``; None without
+        :attr:`language_thresholds` (one threshold for every language)."""
+        if not self.language_thresholds:
+            return None
+        return nearest_language(language, self.language_thresholds)
+
+    def asked(self, ranking: RecencyRanking, text: str) -> RecencyRanking:
+        """``ranking`` of the question ``text`` labelled with its intent, language and the
+        threshold it met (:meth:`for_question`) and where that came from."""
+        language = question_language(text)
+        return replace(ranking, intent=question_intent(text), language=language,
+                       threshold_language=self.threshold_language(language),
+                       threshold=self.for_question(text).threshold,
+                       threshold_origin=self.threshold_origin)
 
     def for_intent(self, intent: Intent) -> "RecencyPolicy":
         """The plain policy that ranks a question of this intent: the present bonus (and the

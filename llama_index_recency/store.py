@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -59,6 +60,7 @@ from llama_index_recency.errors import (
     RecencyError,
     UnsupportedStoreError,
 )
+from llama_index_recency.gate_fit import fitted_origin
 from llama_index_recency.filters import has_condition, memory_scope, to_qdrant_filter
 from llama_index_recency.memory import is_memory_id
 from llama_index_recency.models import CALIBRATED_POLICIES
@@ -75,6 +77,10 @@ EMBEDDING_METADATA_KEY = "llama_index_recency.embedding"
 POLICY_METADATA_KEY = "llama_index_recency.policy"
 """Collection-metadata key holding the calibrated policy: weight, tau_days, threshold, top_n."""
 
+GATE_METADATA_KEY = "llama_index_recency.gate"
+"""Collection-metadata key holding the store's own gate fit: relevance units, thresholds per
+language, the memories it was fitted on and the day (``save_gate_fit``)."""
+
 EDGE_DIRECTORY = "edge"
 """Subdirectory of a store path holding one Edge shard per collection."""
 
@@ -85,6 +91,7 @@ _COPY_BATCH = 256
 __all__ = [
     "DEFAULT_COLLECTION",
     "EMBEDDING_METADATA_KEY",
+    "GATE_METADATA_KEY",
     "POLICY_METADATA_KEY",
     "MemoryStoreDamagedError",
     "MemoryStoreFullError",
@@ -105,6 +112,7 @@ __all__ = [
     "migrate_store",
     "open_memory_index",
     "open_memory_store",
+    "save_gate_fit",
     "save_policy",
 ]
 
@@ -456,11 +464,32 @@ def close_memory_index(index: MemoryStore) -> None:
 
 
 def save_policy(index: MemoryStore, policy: RecencyPolicy) -> None:
-    """Record ``policy`` (relevance units, weight, tau_days, threshold, top_n) with the collection."""
-    record = {POLICY_METADATA_KEY: {
+    """Record ``policy`` (relevance units, weight, tau_days, thresholds, top_n) with the
+    collection: an explicit policy, which wins over the store's own gate fit."""
+    _update_metadata(index, {POLICY_METADATA_KEY: {
         "relevance": policy.relevance, "weight": policy.weight, "tau_days": policy.tau_days,
         "threshold": policy.threshold, "top_n": policy.top_n,
-    }}
+        "language_thresholds": dict(policy.language_thresholds),
+    }})
+
+
+def save_gate_fit(index: MemoryStore, relevance: str, thresholds: dict[str, float],
+                  memories: int, fitted_on: date) -> None:
+    """Record the store's own gate fit: per-language ``thresholds`` in ``relevance`` units,
+    fitted on ``memories`` memories on ``fitted_on`` (read by :func:`index_policy`)."""
+    _update_metadata(index, {GATE_METADATA_KEY: {
+        "relevance": relevance, "thresholds": dict(thresholds), "memories": memories,
+        "fitted_on": fitted_on.isoformat(),
+    }})
+
+
+def gate_record(index: MemoryStore) -> Optional[dict[str, Any]]:
+    """The store's own gate fit (:func:`save_gate_fit`), if any."""
+    record = _collection_metadata(vector_store_of(index)).get(GATE_METADATA_KEY)
+    return dict(record) if isinstance(record, dict) else None
+
+
+def _update_metadata(index: MemoryStore, record: dict[str, Any]) -> None:
     store = vector_store_of(index)
     if isinstance(store, QdrantEdgeVectorStore):
         store.update_metadata(record)
@@ -482,23 +511,35 @@ def has_saved_policy(index: MemoryStore) -> bool:
 
 
 def index_policy(index: MemoryStore, **overrides: Any) -> RecencyPolicy:
-    """The policy to rank this store with: the one calibrated and saved with it, else the
-    shipped one for its embedding model (``models.CALIBRATED_POLICIES``), else the seed's.
+    """The policy to rank this store with: the one calibrated and saved with it
+    (:func:`save_policy`, origin "explicit"), else the shipped one for its embedding model
+    (``models.CALIBRATED_POLICIES``; else the seed's) with the store's own gate fit in the
+    same units (:func:`save_gate_fit`, origin "fitted on N memories on DATE") or as shipped.
 
-    ``overrides`` (e.g. ``reference_date=...``) are applied on top.
+    ``overrides`` (e.g. ``reference_date=...``) are applied on top; a ``threshold`` among
+    them is the one for every language (origin "explicit").
     """
     metadata = _collection_metadata(vector_store_of(index))
     model = (metadata.get(EMBEDDING_METADATA_KEY) or {}).get("model")
     shipped = CALIBRATED_POLICIES.get(model or "", {})
     saved = metadata.get(POLICY_METADATA_KEY)
-    if saved is None:
-        values = shipped
-    elif saved.get("relevance", "cosine") == shipped.get("relevance", "cosine"):
+    gate = metadata.get(GATE_METADATA_KEY)
+    if saved is not None:
         # A saved calibration fits the gate and the bonus; the intent and version rules
         # the model ships with (in the same units) still apply.
-        values = {**shipped, **saved}
+        same_units = saved.get("relevance", "cosine") == shipped.get("relevance", "cosine")
+        values = {**(shipped if same_units else {}), "language_thresholds": {}, **saved,
+                  "threshold_origin": "explicit"}
+    elif isinstance(gate, dict) and gate.get("relevance") == shipped.get("relevance", "cosine"):
+        thresholds = dict(gate["thresholds"])
+        values = {**shipped, "threshold": max(thresholds.values()),
+                  "language_thresholds": thresholds,
+                  "threshold_origin": fitted_origin(gate["memories"],
+                                                    date.fromisoformat(gate["fitted_on"]))}
     else:
-        values = saved
+        values = {**shipped, "threshold_origin": "shipped"}
+    if "threshold" in overrides:  # a threshold given is the one for every language
+        values = {**values, "language_thresholds": {}, "threshold_origin": "explicit"}
     return RecencyPolicy(**{**values, **overrides})
 
 

@@ -13,7 +13,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "records": ("errors", "dates", "memory", "examples", "data"),
     # the policy math, the I/O-free search plan and its steps, relevance units, text rules
     "ranking": ("scoring", "search", "supersession", "cohort", "events", "intent", "vague",
-                "text"),
+                "text", "language", "gate_fit"),
     # stores, engines, embedding models
     "storage": ("filters", "edge", "store", "embeddings", "models"),
     # the one write, update / forget / relink, extraction, outbox, backup

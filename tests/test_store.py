@@ -250,7 +250,8 @@ def test_a_calibrated_policy_is_saved_with_the_store_and_read_back(tmp_path: Pat
 
 def test_a_store_without_a_record_gets_its_models_shipped_policy(tmp_path: Path) -> None:
     index = open_memory_index(embed(), path=tmp_path, embedding_name="Qwen/Qwen3-Embedding-0.6B")
-    assert index_policy(index) == RecencyPolicy(weight=0.05, tau_days=14, threshold=0.45)
+    assert index_policy(index) == RecencyPolicy(weight=0.05, tau_days=14, threshold=0.45,
+                                                threshold_origin="shipped")
 
 
 def test_the_saved_policy_is_read_through_an_async_only_client_too(tmp_path: Path) -> None:

@@ -84,7 +84,7 @@ def run_import(args: argparse.Namespace, session: Session) -> int:
         replaced = memories.replacing(index) if args.replace else []
         written = session.insert(index, nodes)
         total = count_memories(index)
-        warning = session.gate_warning(index)
+        warning = session.gate_after_write(index)
     session.console.print(summary(written, location, total))
     if replaced:
         session.console.print(literal(

@@ -111,6 +111,7 @@ def _calibrate_gate(args: argparse.Namespace, session: Session) -> int:
                 whose = "" if args.user is None else f" for user {args.user!r}"
                 raise CommandError(f"cannot fit the gate on {location}{whose}: {error}",
                                    1) from None
+        session.console.print(literal(f"current gate: {base.gate_description()}"))
         session.console.print(literal(fit.summary(base.threshold)))
         if args.save:
             adopted = fit.policy(base)

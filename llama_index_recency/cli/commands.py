@@ -252,7 +252,7 @@ def run_add(args: argparse.Namespace, session: Session) -> int:
         check_file_links(index, nodes, labels)
         written = session.insert(index, nodes)
         total = count_memories(index)
-        warning = session.gate_warning(index)
+        warning = session.gate_after_write(index)
     for text, old, new in written.replaced_keys:
         session.console.print(literal(f"replaced the key of {text!r}: {old or '(none)'} → {new}"))
     session.console.print(summary(written, location, total))
@@ -280,7 +280,7 @@ def run_remember(args: argparse.Namespace, session: Session) -> int:
             stored = remember(turns, index, llm, memory_date=args.date, user_name=args.user_name,
                               user_id=args.user, allow_future=args.allow_future)
         total = count_memories(index)
-        warning = session.gate_warning(index)
+        warning = session.gate_after_write(index)
     for node in stored:
         session.console.print(literal(node.get_content()))
     new = total - before

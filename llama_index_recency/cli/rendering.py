@@ -73,6 +73,8 @@ def ranking_table(title: Text, ranking: RecencyRanking) -> Table:
                                 + ", ".join(_memory_label(n) for n in ranking.nodes))
     else:
         table.caption = Text("→ no memory enters the prompt")
+    if ranking.threshold is not None:
+        table.caption.append(f"\n{ranking.gate_line()}", style="italic")
     if ranking.intent != "neutral":
         table.caption.append(f"\n{INTENT_CAPTIONS[ranking.intent]}", style="italic")
     if ranking.vague:

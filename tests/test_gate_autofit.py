@@ -1,0 +1,310 @@
+"""A gate that fits itself: every write path refits a store that grew to the fit size (and
+again as it doubles), a store written otherwise refits on its next retrieval, an explicit
+policy always wins, and each question meets its own language's threshold, said in explain."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ToolCall
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+
+from llama_index_recency import (
+    MemoryRankingEvent,
+    QdrantRecencyRetriever,
+    RecencyMemory,
+    RecencyMemoryBlock,
+    RecencyPolicy,
+    index_policy,
+    memory_node,
+    open_memory_index,
+    openai_like_llm,
+)
+from llama_index_recency.cli import main
+from llama_index_recency.cohort import cohort_texts
+from llama_index_recency.gate import fit_gate, refit_gate
+from llama_index_recency.language import nearest_language, question_language
+from llama_index_recency.store import gate_record, save_policy
+
+TODAY = date.today().isoformat()
+QUESTION = "What do I like to drink?"
+
+
+def facts(count: int, start: int = 0) -> list[tuple[str, str]]:
+    """``count`` distinct general facts (the cohort's sentences), all dated 2026-09-05."""
+    return [(text.split(": ", 1)[1], "2026-09-05") for text in cohort_texts()[start:start + count]]
+
+
+def fitted_on(memories: int) -> str:
+    return f"fitted on {memories} memories on {TODAY}"
+
+
+# --- the fit ---------------------------------------------------------------------------------
+
+
+def test_each_language_gets_its_own_threshold_clear_of_every_score_it_keeps_out() -> None:
+    # 40 questions: 5% lets two in. English: 0.8002 sits within the margin of the first
+    # threshold (0.8000 + 0.001), so it is kept out too, and the threshold clears it.
+    english = [0.9, 0.8002, 0.8000] + [0.5] * 37
+    japanese = [0.95, 0.93, 0.7] + [0.5] * 37
+    fit = fit_gate({"en": english, "ja": japanese}, margin=0.001)
+    assert fit.thresholds == {"en": pytest.approx(0.8012), "ja": pytest.approx(0.815)}
+    assert fit.threshold == max(fit.thresholds.values()) and fit.refused is None
+    policy = fit.policy(RecencyPolicy(), origin=fitted_on(40))
+    assert policy.language_thresholds == fit.thresholds
+    assert policy.threshold_origin == fitted_on(40)
+
+
+def test_a_fit_whose_scores_sit_within_the_margin_is_refused_and_says_so() -> None:
+    """The share lets one question in, but it sits 0.0004 above the one kept out: keeping
+    0.001 clear of that one keeps every question out, so the bank places no gate."""
+    packed = [0.8004, 0.8000] + [0.5] * 18
+    fit = fit_gate({"en": packed, "ja": [0.9, 0.7] + [0.5] * 18}, margin=0.001)
+    assert fit.refused == (
+        "the gate fit is refused: en: its 2 best off-topic scores (0.8004 to 0.8000) sit "
+        "closer than the 0.001 margin, which keeps all out")
+
+
+class SameVector(BaseEmbedding):
+    """Every text and question points the same way: every off-topic question scores the same."""
+
+    def __init__(self) -> None:
+        super().__init__(model_name="same-vector (test_gate_autofit)")
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return [1.0, 0.0, 0.0, 0.0]
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._get_query_embedding(query)
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return [1.0, 0.0, 0.0, 0.0]
+
+
+def test_a_refused_refit_keeps_the_previous_gate_and_logs_one_line(caplog) -> None:
+    index = open_memory_index(SameVector())
+    index.insert_nodes([memory_node(fact, day) for fact, day in facts(2)])
+    with caplog.at_level(logging.WARNING, logger="llama_index_recency"):
+        fit = refit_gate(index, min_memories=2)
+    assert fit is not None and fit.refused is not None
+    assert gate_record(index) is None and index_policy(index).threshold_origin == "shipped"
+    (record,) = caplog.records
+    assert record.getMessage() == f"{fit.refused}; the gate stays shipped"
+
+
+# --- every write path refits ------------------------------------------------------------------
+
+
+def test_writes_fit_the_gate_at_the_fit_size_and_again_when_the_store_doubles(e5, tmp_path) -> None:
+    with RecencyMemory(e5, path=tmp_path / "store", min_fit_memories=4) as memory:
+        memory.add(facts(3))
+        assert gate_record(memory.index) is None
+        assert memory.policy.threshold_origin == "shipped"
+        memory.add(facts(1, 3))
+        fitted = memory.policy
+        assert fitted.threshold_origin == fitted_on(4)
+        assert set(fitted.language_thresholds) == {"en", "ja"}  # the bank asks both, always
+        assert fitted.threshold == max(fitted.language_thresholds.values())
+        memory.add(facts(3, 4))  # 7: not yet twice the last fit
+        assert memory.policy.threshold_origin == fitted_on(4)
+        memory.add(facts(1, 7))
+        assert memory.policy.threshold_origin == fitted_on(8)
+    # saved with the store: the next process ranks with it
+    with RecencyMemory(e5, path=tmp_path / "store") as again:
+        assert again.policy.threshold_origin == fitted_on(8)
+        assert again.search(QUESTION).threshold_origin == fitted_on(8)
+
+
+def test_an_import_fits_the_gate_of_the_store_it_fills(e5, tmp_path) -> None:
+    with RecencyMemory(e5, path=tmp_path / "a", min_fit_memories=1000) as source:
+        source.add(facts(4))
+        source.export(tmp_path / "memories.jsonl", with_embeddings=True)
+        assert gate_record(source.index) is None
+    with RecencyMemory(e5, path=tmp_path / "b", min_fit_memories=4) as copy:
+        assert copy.import_(tmp_path / "memories.jsonl") == 4
+        assert copy.policy.threshold_origin == fitted_on(4)
+
+
+FACTS = {"memories": [{"turn": 1, "kind": "preference", "fact": "The user likes green tea."}]}
+TALK = [ChatMessage(role="user", content="I like green tea."),
+        ChatMessage(role="assistant", content="Noted!")]
+
+
+async def test_the_blocks_worker_fits_the_gate_once_its_writes_reach_the_fit_size(
+        e5, openai_server) -> None:
+    openai_server.reply = ToolCall("record_memories", FACTS)
+    index = open_memory_index(e5)
+    index.insert_nodes([memory_node(fact, day) for fact, day in facts(3)])
+    llm = openai_like_llm(model="qwen-test", api_base=openai_server.base_url, api_key="k",
+                          max_retries=0)
+    block = RecencyMemoryBlock(index=index, llm=llm, min_fit_memories=4)
+    assert block.retriever.policy.threshold_origin == "shipped"
+    await block.aput(TALK)
+    assert await block.await_writes() == 0  # the worker stored the fact, then refitted
+    assert index_policy(index).threshold_origin == fitted_on(4)
+    await block.aget([ChatMessage(role="user", content="Which tea do I like?")])
+    assert block.retriever.policy.threshold_origin == fitted_on(4)  # the next turn ranks with it
+
+
+def test_the_cli_refits_after_add_and_import_and_calibrate_shows_the_fit(
+        e5, tmp_path: Path, capsys, cli_environment) -> None:
+    memories = tmp_path / "memories.json"
+    memories.write_text(json.dumps({"memories": [{"fact": fact, "date": day}
+                                                 for fact, day in facts(40)]}), "utf-8")
+    store = str(tmp_path / "store")
+    assert main(["add", "--file", str(memories), "--store", store], embed_model=e5) == 0
+    fitted = index_policy_at(e5, store)
+    assert fitted.threshold_origin == fitted_on(40)
+    assert f"gate refitted: {fitted.gate_description()}" in capsys.readouterr().out
+    assert main(["ask", QUESTION, "--store", store], embed_model=e5) == 0
+    assert f"threshold {fitted.language_thresholds['en']:.3f} (en, {fitted_on(40)})" in (
+        capsys.readouterr().out)
+
+    calibrate = ["calibrate", "--store", store]
+    assert main(calibrate, embed_model=e5) == 0
+    assert f"current gate: {fitted.gate_description()}" in capsys.readouterr().out
+    assert main([*calibrate, "--save"], embed_model=e5) == 0
+    capsys.readouterr()
+    assert main(calibrate, embed_model=e5) == 0
+    assert "current gate: threshold en " in (out := capsys.readouterr().out)
+    assert "(explicit)" in out
+
+    with RecencyMemory(e5, path=tmp_path / "b", min_fit_memories=1000) as source:
+        source.add(facts(40, 40))
+        source.export(tmp_path / "b.jsonl", with_embeddings=True)
+    copy = str(tmp_path / "copy")
+    assert main(["import", str(tmp_path / "b.jsonl"), "--store", copy], embed_model=e5) == 0
+    assert (f"gate refitted: {index_policy_at(e5, copy).gate_description()}"
+            in capsys.readouterr().out)
+
+
+def index_policy_at(embed_model: BaseEmbedding, path: str) -> RecencyPolicy:
+    with RecencyMemory(embed_model, path=path) as memory:
+        return memory.policy
+
+
+# --- a store written with insert_nodes refits on its next retrieval ------------------------
+
+
+def test_a_plain_insert_nodes_store_refits_on_the_next_retrieval(e5) -> None:
+    index = open_memory_index(e5)
+    index.insert_nodes([memory_node(fact, day) for fact, day in facts(4)])
+    retriever = QdrantRecencyRetriever.from_index(index, min_fit_memories=4)
+    assert retriever.explain(QUESTION).threshold_origin == "shipped"  # the gate in place
+    fit = retriever.wait_for_refit()
+    assert fit is not None and fit.refused is None
+    ranking = retriever.explain(QUESTION)
+    assert ranking.threshold_origin == fitted_on(4)
+    assert ranking.threshold == pytest.approx(fit.thresholds["en"])
+    index.insert_nodes([memory_node(fact, day) for fact, day in facts(4, 4)])
+    retriever.explain(QUESTION)
+    assert retriever.wait_for_refit() is not None
+    assert retriever.explain(QUESTION).threshold_origin == fitted_on(8)
+
+
+# --- an explicit policy wins ----------------------------------------------------------------
+
+
+def test_an_explicit_saved_policy_is_never_overwritten(e5, tmp_path) -> None:
+    with RecencyMemory(e5, path=tmp_path / "store", min_fit_memories=4) as memory:
+        memory.add(facts(2))
+        # 0.5 lets every off-topic question in: the check would refit any other store
+        save_policy(memory.index, memory.policy.model_copy(update={"threshold": 0.5}))
+        memory.add(facts(6, 2))  # 8: past the fit size and twice it
+        assert gate_record(memory.index) is None
+        assert refit_gate(memory.index, min_memories=4, check=True) is None
+        assert (memory.policy.threshold, memory.policy.threshold_origin) == (0.5, "explicit")
+        retriever = QdrantRecencyRetriever.from_index(memory.index, min_fit_memories=4)
+        assert retriever.explain(QUESTION).threshold_origin == "explicit"
+        assert retriever.wait_for_refit() is None
+
+
+def test_a_policy_given_by_the_caller_is_used_as_given(e5, tmp_path) -> None:
+    given = RecencyPolicy(threshold=0.9, reference_date="2026-09-10")
+    with RecencyMemory(e5, path=tmp_path / "store", policy=given, min_fit_memories=4) as memory:
+        memory.add(facts(4))
+        assert gate_record(memory.index) is not None  # the store's own gate, for its default
+        assert memory.policy is given
+        ranking = memory.search(QUESTION)
+        assert (ranking.threshold, ranking.threshold_origin) == (0.9, "explicit")
+        retriever = memory.retriever()
+        retriever.explain(QUESTION)
+        assert retriever.wait_for_refit() is None and retriever.policy is given
+
+
+# --- per language of the question -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, language", [
+    ("What do I like to drink?", "en"), ("Où est mon chat ?", "en"),
+    ("私は何を飲むのが好き？", "ja"), ("東京タワー", "ja"), ("会議", "zh"),
+    ("我喜欢喝什么？", "zh"), ("내가 좋아하는 음료는?", "ko"),
+])
+def test_a_questions_language_is_read_from_its_script(text, language) -> None:
+    assert question_language(text) == language
+
+
+def test_a_language_without_a_threshold_uses_the_nearest_fitted_one() -> None:
+    assert nearest_language("ja", ["en", "ja"]) == "ja"
+    assert nearest_language("zh", ["en", "ja"]) == "ja"
+    assert nearest_language("ko", ["en"]) == "en"
+    assert nearest_language("fr", ["ja"]) == "ja"
+
+
+class Collect(BaseEventHandler):
+    events: list[Any] = []
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "Collect"
+
+    def handle(self, event: Any, **kwargs: Any) -> None:
+        if isinstance(event, MemoryRankingEvent):
+            self.events.append(event)
+
+
+@pytest.fixture
+def collected() -> Iterator[list[MemoryRankingEvent]]:
+    handler = Collect(events=[])
+    root = get_dispatcher()
+    root.add_event_handler(handler)
+    try:
+        yield handler.events
+    finally:
+        root.event_handlers.remove(handler)
+
+
+def test_each_question_meets_its_languages_threshold_and_says_so(e5, collected) -> None:
+    index = open_memory_index(e5)
+    index.insert_nodes([memory_node("The user likes green tea.", "2026-09-05")])
+    origin = "fitted on 240 memories on 2026-12-03"
+    policy = index_policy(index, reference_date="2026-09-10").model_copy(update={
+        "language_thresholds": {"en": 0.81, "ja": 0.86}, "threshold": 0.86,
+        "threshold_origin": origin})
+    retriever = QdrantRecencyRetriever.from_index(index, policy)
+
+    english = retriever.explain(QUESTION)
+    assert (english.language, english.threshold_language, english.threshold) == ("en", "en", 0.81)
+    japanese = retriever.explain("私は何を飲むのが好き？")
+    assert (japanese.language, japanese.threshold_language, japanese.threshold) == (
+        "ja", "ja", 0.86)
+    chinese = retriever.explain("我喜欢喝什么？")
+    assert (chinese.language, chinese.threshold_language, chinese.threshold) == ("zh", "ja", 0.86)
+    assert chinese.gate_line() == (
+        f"threshold 0.860 (ja, {origin}); zh: using ja's threshold")
+    assert str(chinese).endswith(chinese.gate_line())
+    assert english.gate_line() == f"threshold 0.810 (en, {origin})"
+    assert [row.reason for row in english.rows if not row.kept] in ([], ["below 0.81"])
+
+    assert [(e.language, e.threshold_language, e.threshold_origin) for e in collected] == [
+        ("en", "en", origin), ("ja", "ja", origin), ("zh", "ja", origin)]
+    assert [e.policy.threshold for e in collected] == [0.81, 0.86, 0.86]
