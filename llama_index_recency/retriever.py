@@ -60,10 +60,12 @@ from llama_index_recency.store import (
     MemoryVectorStore,
     count_memories,
     gate_record,
+    gate_refusal,
     has_saved_policy,
     index_policy,
     qdrant_selection,
     save_gate_fit,
+    save_gate_refusal,
     vector_store_of,
 )
 from llama_index_recency.vague import VAGUE_WINDOW_DAYS, is_vague_reference, with_recent
@@ -407,7 +409,10 @@ def offtopic_best(
     threshold's rise for a question about the present."""
     retriever = QdrantRecencyRetriever(
         store, embed_model,
-        policy.model_copy(update={"threshold": _OPEN, "top_n": 1, "language_thresholds": {}}),
+        # Every memory passes and no newer version is moved first; a linked successor may
+        # still be, so the best final score is taken over all nodes returned.
+        policy.model_copy(update={"threshold": _OPEN, "top_n": 1, "language_thresholds": {},
+                                  "supersede_margin": None}),
         user_id=user_id, filters=filters,
     )
     banks = questions or {lang: offtopic_questions(lang) for lang in BANK_LANGUAGES}
@@ -423,7 +428,8 @@ def offtopic_best(
             # A question about the present meets a threshold raised by its larger bonus:
             # its score is recorded against the policy's own threshold.
             raised = policy.for_intent(question_intent(text)).threshold - policy.threshold
-            best.setdefault(lang, []).append(float(nodes[0].score or 0.0) - raised)
+            best.setdefault(lang, []).append(
+                max(float(n.score or 0.0) for n in nodes) - raised)
     return best
 
 
@@ -462,6 +468,7 @@ def refit_store_gate(
         fit = fit_gate(best, margin=noise_margin(policy))
         if fit.refused:
             logger.warning("%s; the gate stays %s", fit.refused, policy.threshold_origin)
+            save_gate_refusal(vectors, policy.relevance, memories)
             return fit
         save_gate_fit(vectors, policy.relevance, fit.thresholds, memories, today or date.today())
         return fit
@@ -472,10 +479,10 @@ def _due(store: MemoryVectorStore, min_memories: int, memories: int,
     """Whether ``store`` of ``memories`` is due for a fit by its size (:func:`refit_due`)."""
     if has_saved_policy(store):
         return False
-    record = gate_record(store)
     units = index_policy(store).relevance
-    fitted_on = record["memories"] if record and record.get("relevance") == units else None
-    return refit_due(memories, fitted_on, min_memories, ratio)
+    tried = [record["memories"] for record in (gate_record(store), gate_refusal(store))
+             if record and record.get("relevance") == units]
+    return refit_due(memories, max(tried, default=None), min_memories, ratio)
 
 
 def _policy_records(store: MemoryVectorStore) -> tuple[Any, Any]:

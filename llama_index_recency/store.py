@@ -80,6 +80,8 @@ POLICY_METADATA_KEY = "llama_index_recency.policy"
 GATE_METADATA_KEY = "llama_index_recency.gate"
 """Collection-metadata key holding the store's own gate fit: relevance units, thresholds per
 language, the memories it was fitted on and the day (``save_gate_fit``)."""
+GATE_REFUSED_METADATA_KEY = "llama_index_recency.gate_refused"
+"""Collection-metadata key: relevance units and store size of the last refused gate fit."""
 
 EDGE_DIRECTORY = "edge"
 """Subdirectory of a store path holding one Edge shard per collection."""
@@ -481,6 +483,19 @@ def save_gate_fit(index: MemoryStore, relevance: str, thresholds: dict[str, floa
         "relevance": relevance, "thresholds": dict(thresholds), "memories": memories,
         "fitted_on": fitted_on.isoformat(),
     }})
+
+
+def save_gate_refusal(index: MemoryStore, relevance: str, memories: int) -> None:
+    """Record that a fit on ``memories`` memories was refused, so the store is not fitted
+    again before it grows as much as after a fit (:func:`gate_record` keeps the last fit)."""
+    _update_metadata(index, {GATE_REFUSED_METADATA_KEY: {
+        "relevance": relevance, "memories": memories}})
+
+
+def gate_refusal(index: MemoryStore) -> Optional[dict[str, Any]]:
+    """The store's last refused gate fit (:func:`save_gate_refusal`), if any."""
+    record = _collection_metadata(vector_store_of(index)).get(GATE_REFUSED_METADATA_KEY)
+    return dict(record) if isinstance(record, dict) else None
 
 
 def gate_record(index: MemoryStore) -> Optional[dict[str, Any]]:

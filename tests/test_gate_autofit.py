@@ -99,6 +99,12 @@ def test_a_refused_refit_keeps_the_previous_gate_and_logs_one_line(caplog) -> No
     assert gate_record(index) is None and index_policy(index).threshold_origin == "shipped"
     (record,) = caplog.records
     assert record.getMessage() == f"{fit.refused}; the gate stays shipped"
+    # Not tried again on every write: only once the store has grown as after a fit.
+    index.insert_nodes([memory_node(fact, day) for fact, day in facts(1, 2)])
+    assert refit_gate(index, min_memories=2) is None
+    index.insert_nodes([memory_node(fact, day) for fact, day in facts(1, 3)])
+    again = refit_gate(index, min_memories=2)
+    assert again is not None and again.refused is not None
 
 
 # --- every write path refits ------------------------------------------------------------------
@@ -308,3 +314,21 @@ def test_each_question_meets_its_languages_threshold_and_says_so(e5, collected) 
     assert [(e.language, e.threshold_language, e.threshold_origin) for e in collected] == [
         ("en", "en", origin), ("ja", "ja", origin), ("zh", "ja", origin)]
     assert [e.policy.threshold for e in collected] == [0.81, 0.86, 0.86]
+
+
+def test_a_bank_question_is_scored_by_its_best_memory_even_when_a_successor_goes_first() -> None:
+    """A linked successor placed before the memory it updates does not lower the question's
+    best score: the fit must see what a question can bring, or it fits a gate too low."""
+    from conftest import KnownCosineEmbedding, cosines_for
+    from llama_index_recency.memory import SUPERSEDES_KEY
+    from llama_index_recency.retriever import offtopic_best
+
+    old = memory_node("Taro drinks coffee black.", "2026-08-01")
+    new = memory_node("Taro drinks café au lait.", "2026-08-20")
+    new.metadata[SUPERSEDES_KEY] = [old.node_id]
+    embed = KnownCosineEmbedding(cosines_for([old, new], [0.9, 0.5]))
+    index = open_memory_index(embed)
+    index.insert_nodes([old, new])
+    best = offtopic_best(index.vector_store, embed, RecencyPolicy(weight=0.0),
+                         questions={"en": ["Which café is the best in Paris?"]})
+    assert best == {"en": [pytest.approx(0.9, abs=1e-6)]}
