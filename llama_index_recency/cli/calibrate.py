@@ -117,7 +117,7 @@ def _calibrate_gate(args: argparse.Namespace, session: Session) -> int:
             adopted = fit.policy(base)
             save_policy(index, adopted)
             session.console.print(literal(
-                f"saved with {location}: {adopted.relevance} threshold={adopted.threshold:g} "
+                f"saved with {location}: {adopted.relevance} {adopted.gate_description()} "
                 f"(weight={adopted.weight:g}, tau_days={adopted.tau_days:g}; ask and demo use it)"))
     session.console.print(session.timings.table())
     return 0

@@ -39,8 +39,10 @@ def literal(text: str, style: str = "") -> Text:
 
 def policy_line(policy: RecencyPolicy) -> Text:
     units = "" if policy.relevance == "cosine" else "relevance in cohort sd, "
+    thresholds = " / ".join(f"{lang} {value:.3f}"
+                            for lang, value in sorted(policy.language_thresholds.items()))
     return literal(f"policy: {units}bonus={policy.weight:g}·exp(−days/{policy.tau_days:g}), "
-                   f"threshold={policy.threshold:g}, at most {policy.top_n}")
+                   f"threshold={thresholds or f'{policy.threshold:g}'}, at most {policy.top_n}")
 
 
 def _memory_label(node: NodeWithScore) -> str:
