@@ -145,3 +145,20 @@ def test_embeddings_are_the_same_on_a_first_and_a_cached_run(
     first = cohort.cached_embeddings(e5, texts, query=True)
     [cached] = tmp_path.glob("embeddings-*.npy")
     assert np.array_equal(first, np.load(cached).astype(np.float32))
+
+
+def test_the_off_topic_bank_ships_embedded_for_e5(e5, tmp_path, monkeypatch) -> None:
+    """A store's first gate fit asks 300 questions: for the default model their vectors ship
+    with the package (nothing is embedded), and they are the model's own."""
+    from llama_index_recency import cohort
+    from llama_index_recency.gate_fit import BANK_LANGUAGES, offtopic_questions
+
+    monkeypatch.setenv(cohort.CACHE_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(cohort, "_CACHE", {})
+    for lang in BANK_LANGUAGES:
+        questions = offtopic_questions(lang)
+        shipped = cohort.cached_embeddings(e5, questions, query=True)
+        for i in (0, len(questions) - 1):
+            fresh = np.asarray(e5.get_query_embedding(questions[i]))
+            assert float(shipped[i] @ fresh) > 0.999, (lang, i)
+    assert list(tmp_path.iterdir()) == []  # read from the package, not embedded and cached
