@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint clean
+.PHONY: demo test test-fast lint clean
 
 $(BIN)/llama-index-recency: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,9 @@ demo: $(BIN)/llama-index-recency  ## the bundled 16 memories and 10 questions, e
 
 test: $(BIN)/llama-index-recency  ## the test suite
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+
+test-fast: $(BIN)/llama-index-recency  ## the quick loop: every test not marked slow, stop at the first failure
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -x -m "not slow"
 
 lint: $(BIN)/llama-index-recency  ## ruff and mypy, both pinned in the test extras
 	$(BIN)/ruff check llama_index_recency tests benchmarks
