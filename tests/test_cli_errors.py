@@ -158,6 +158,7 @@ def test_bad_arguments_are_one_line(argv: list[str], message: str, tmp_path: Pat
     assert not store.exists()
 
 
+@pytest.mark.slow
 def test_non_utf8_bytes_in_the_real_argv(tmp_path: Path) -> None:
     """The installed command as a user runs it, with a Latin-1 byte on the command line."""
     result = subprocess.run(
@@ -191,6 +192,7 @@ def test_a_missing_transcript_is_one_line(tmp_path: Path, capsys) -> None:
     assert error_line(capsys.readouterr().err) == f"error: transcript {missing} does not exist"
 
 
+@pytest.mark.slow
 def test_an_unavailable_embedding_model_is_one_line(monkeypatch, tmp_path: Path, capsys) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache: no Qwen3 here
@@ -337,6 +339,7 @@ def test_an_embedding_failure_stores_nothing_and_a_rerun_stores_all(tmp_path: Pa
     assert capsys.readouterr().out == f"stored 100 new memories (100 in total) in {store}\n"
 
 
+@pytest.mark.slow
 def test_embedding_and_storing_are_separate_timed_stages(e5, tmp_path: Path, capsys) -> None:
     assert main(["demo", "--question-ids", "C1"], embed_model=e5) == 0
     out = capsys.readouterr().out
@@ -530,6 +533,7 @@ def test_a_server_that_does_not_answer_is_one_line_naming_it(argv: list[str], cl
         f"error: cannot reach the Qdrant server at {url}: connection refused")
 
 
+@pytest.mark.slow
 def test_a_server_that_does_not_answer_is_the_only_line_on_stderr(closed_port_url) -> None:
     """The real command: qdrant-client's version check (a thread) would warn on stderr too."""
     url = closed_port_url.removesuffix("/v1")
@@ -540,6 +544,7 @@ def test_a_server_that_does_not_answer_is_the_only_line_on_stderr(closed_port_ur
         f"error: cannot reach the Qdrant server at {url}: connection refused\n")
 
 
+@pytest.mark.slow
 def test_a_read_only_store_is_one_line(capsys) -> None:
     """``list`` on a store the user may read but not write, in a forked child run as an
     unprivileged user when the tests run as root (root ignores file modes)."""
@@ -656,6 +661,7 @@ def small_tmpfs(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("small_tmpfs", ["20m"], indirect=True)
 def test_filling_a_real_tmpfs_is_one_line_with_the_count_and_list_is_no_sigbus(
         small_tmpfs: Path, tmp_path: Path) -> None:
@@ -676,6 +682,7 @@ def test_filling_a_real_tmpfs_is_one_line_with_the_count_and_list_is_no_sigbus(
         assert "is full" in error_line(err)
 
 
+@pytest.mark.slow
 def test_a_tmpfs_too_small_for_the_payload_indexes_is_one_line_not_sigbus(
         small_tmpfs: Path) -> None:
     """A new shard's four payload indexes take about 2 MB each on tmpfs: 8 MB cannot hold them."""

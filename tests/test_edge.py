@@ -445,6 +445,7 @@ def run_child(code: str, **kwargs: Any) -> subprocess.Popen:
                             text=True, **kwargs)
 
 
+@pytest.mark.slow
 def test_writes_survive_kill_9_without_flush_or_close(shard_path: Path) -> None:
     child = run_child(f"""
         import os, uuid
@@ -466,6 +467,7 @@ def test_writes_survive_kill_9_without_flush_or_close(shard_path: Path) -> None:
         store.close()
 
 
+@pytest.mark.slow
 def test_a_shard_held_elsewhere_raises_memory_store_locked_error(shard_path: Path) -> None:
     QdrantEdgeVectorStore(shard_path, dimensions=2).close()
     holder = run_child(f"""

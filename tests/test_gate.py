@@ -56,6 +56,7 @@ def bundled(e5):
     return index
 
 
+@pytest.mark.slow
 def test_the_gate_fitted_on_a_store_keeps_each_languages_bank_to_the_share(bundled) -> None:
     policy = index_policy(bundled, reference_date=EXAMPLE_REFERENCE_DATE)
     fit = calibrate_gate(bundled, policy)
@@ -67,6 +68,7 @@ def test_the_gate_fitted_on_a_store_keeps_each_languages_bank_to_the_share(bundl
     assert fit.bring_up(fit.threshold - 2 * margin - 0.01) > MAX_BRING_UP
 
 
+@pytest.mark.slow
 def test_the_gate_of_one_user_is_fitted_on_that_users_memories(e5) -> None:
     index = open_memory_index(e5)
     index.insert_nodes([memory_node("The user has a cat named Mochi.", "2026-09-01", user_id="a"),
@@ -80,6 +82,7 @@ def test_the_gate_of_one_user_is_fitted_on_that_users_memories(e5) -> None:
     assert all(a <= b + 1e-6 for a, b in zip(only_a.best["en"], both.best["en"], strict=True))
 
 
+@pytest.mark.slow
 def test_a_store_that_grew_past_its_gate_says_so_after_writes(bundled) -> None:
     """The seed's "rerun the pass as the device accumulates memories": the gate fitted on 16
     memories no longer holds once 600 more on every topic are stored, and check_gate says so."""

@@ -139,6 +139,7 @@ def run_python(code: str, **kwargs) -> subprocess.Popen:
                             **kwargs)
 
 
+@pytest.mark.slow
 def test_second_process_gets_a_clear_message(tmp_path) -> None:
     store = str(tmp_path / "store")
     index = open_memory_index(KnownCosineEmbedding({"a": 0.5}), path=store)
@@ -163,19 +164,20 @@ def test_second_client_in_the_same_process_gets_the_same_error(tmp_path) -> None
     close_memory_index(first)
 
 
+@pytest.mark.slow
 def test_killed_writer_loses_nothing(tmp_path) -> None:
     store = str(tmp_path / "store")
-    writer = run_python(f"""
+    with run_python(f"""
         import time
         index = open_memory_index(EMBED, path={store!r})
         for node in NODES:
             index.insert_nodes([node])
         print("written", flush=True)
         time.sleep(120)
-    """)
-    assert writer.stdout.readline() == "written\n"
-    writer.send_signal(signal.SIGKILL)
-    writer.wait(timeout=30)
+    """) as writer:
+        assert writer.stdout.readline() == "written\n"
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=30)
     assert writer.returncode == -signal.SIGKILL
     # The lock died with the process; everything written is there.
     index = open_memory_index(numbered_memories()[1], path=store)

@@ -76,6 +76,7 @@ def assert_every_read_works(store: str, embed: KnownCosineEmbedding, tmp_path: P
 # --- item 6: read-only commands work when the store's disk cannot take a writable open ------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("small_tmpfs", ["20m"], indirect=True)
 def test_a_store_its_small_tmpfs_cannot_reopen_is_still_read_and_writes_say_why(
         small_tmpfs: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -101,6 +102,7 @@ def test_a_store_its_small_tmpfs_cannot_reopen_is_still_read_and_writes_say_why(
     assert run_in_child(["list", "--store", store])[1].count("The user noted thing number") == 300
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("small_tmpfs", ["72m"], indirect=True)
 def test_the_space_to_open_a_store_is_what_edge_fills_in_not_every_hole(
         small_tmpfs: Path, tmp_path: Path) -> None:
@@ -114,6 +116,7 @@ def test_the_space_to_open_a_store_is_what_edge_fills_in_not_every_hole(
     assert (code, err) == (0, "") and f"{len(MANY) + 1} memories in {store}" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("small_tmpfs", ["64m"], indirect=True)
 def test_a_store_on_a_read_only_mount_is_read_and_writes_say_why(
         small_tmpfs: Path, tmp_path: Path) -> None:

@@ -492,6 +492,7 @@ def conversation_requests(server: OpenAIServer, text: str) -> int:
     return sum(1 for request in sent_turns(server) if ("user", text) in request)
 
 
+@pytest.mark.slow
 async def test_a_session_whose_llm_was_down_is_written_when_the_store_is_next_opened(
         tmp_path, closed_port_url, openai_server) -> None:
     done = run_session(tmp_path, closed_port_url, "exit")
@@ -510,6 +511,7 @@ async def test_a_session_whose_llm_was_down_is_written_when_the_store_is_next_op
     assert {n.metadata["user_id"] for n in get_memories(index)} == {"hanako"}  # the entry's own
 
 
+@pytest.mark.slow
 async def test_a_killed_process_loses_no_turn_and_resends_none_it_wrote(tmp_path, openai_server) -> None:
     """The first exchange is written, the second is cut off in flight by SIGKILL: the next
     block over the store writes the second and never sends the first again."""
@@ -623,6 +625,7 @@ os.kill(os.getpid(), signal.SIGKILL)  # before aremember_session
 """
 
 
+@pytest.mark.slow
 async def test_a_session_killed_after_its_last_reply_keeps_that_exchange_in_the_outbox(
         tmp_path, openai_server, closed_port_url) -> None:
     openai_server.replies = ["Nice.", "Have fun!", "Big change!"]

@@ -11,6 +11,8 @@ from llama_index_recency import RecencyBonusPostprocessor, index_policy, open_me
 from llama_index_recency.examples import example_memories, example_questions, EXAMPLE_REFERENCE_DATE
 from llama_index_recency.models import CALIBRATED_POLICIES, MINILM_EMBEDDING
 
+pytestmark = pytest.mark.slow  # loads torch and MiniLM: slow
+
 
 @pytest.fixture(scope="module")
 def rankings(minilm):

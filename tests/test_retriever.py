@@ -209,6 +209,7 @@ def rows(nodes: Sequence[NodeWithScore]) -> list[int]:
     return [n.node.metadata["row"] for n in nodes]
 
 
+@pytest.mark.slow
 def test_exact_against_brute_force_including_memories_beyond_the_top_8(
     random_memories: tuple[BasePydanticVectorStore, np.ndarray, np.ndarray],
 ) -> None:
@@ -234,6 +235,7 @@ def test_exact_against_brute_force_including_memories_beyond_the_top_8(
     assert top8_wrong >= 3
 
 
+@pytest.mark.slow
 def test_same_scores_and_rows_as_the_postprocessor_on_the_same_candidates(
     random_memories: tuple[BasePydanticVectorStore, np.ndarray, np.ndarray],
 ) -> None:
@@ -404,6 +406,7 @@ def crowded_nodes(n_crowd: int, dim: int = 16) -> list[TextNode]:
     return nodes
 
 
+@pytest.mark.slow
 def test_fresh_memories_beyond_rank_1000_in_a_crowded_window_are_found(engine: str) -> None:
     store = store_of(crowded_nodes(1500), engine)
     query = e0_query(16)

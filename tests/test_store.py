@@ -149,6 +149,7 @@ def test_migrate_copies_every_memory_and_the_identity_and_leaves_the_source(tmp_
     assert top3(migrated) == TOP3
 
 
+@pytest.mark.slow
 def test_a_migrate_killed_mid_copy_keeps_its_identity_and_a_rerun_finishes(tmp_path: Path) -> None:
     source, target = tmp_path / "old", tmp_path / "new"
     write_0_1_0_store(source)
@@ -206,6 +207,7 @@ def test_check_memory_store_sees_a_held_0_1_0_store(tmp_path: Path) -> None:
     client.close()
 
 
+@pytest.mark.slow
 def test_killed_writer_on_edge_loses_nothing(tmp_path: Path) -> None:
     """Writes without flush or close, then kill -9: every memory is there on reopening."""
     tests = Path(__file__).parent

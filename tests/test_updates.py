@@ -217,6 +217,7 @@ def test_a_successor_dated_before_the_memory_it_updates_is_not_brought_in(index)
     assert backdated.node_id not in [n.node.node_id for n in found]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_long_successor_chain_costs_one_search_per_link_level(engine: str, tmp_path: Path,
                                                                 monkeypatch) -> None:
