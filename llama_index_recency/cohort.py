@@ -128,16 +128,20 @@ def relevance_cohort(embed_model: BaseEmbedding) -> RelevanceCohort:
     return cohort
 
 
-def cached_embeddings(embed_model: BaseEmbedding, texts: Sequence[str], *, query: bool) -> np.ndarray:
-    """``texts`` embedded with ``embed_model``: once per process, and on disk per model.
+def cached_embeddings(embed_model: BaseEmbedding, texts: Sequence[str], *, query: bool,
+                      dimensions: Optional[int] = None) -> np.ndarray:
+    """``texts`` embedded with ``embed_model``: once per process, and on disk per model
+    (and per ``dimensions``, when given: one model name can serve vectors of several sizes,
+    as Qwen3-Embedding truncated to 256 or not).
 
     Embedding hundreds of sentences takes seconds on a small CPU, so the vectors are kept
     under the model name and the texts' hash in ``RECENCY_CACHE_DIR`` (default: the user
     cache directory); the offline default model's cohort ships with the package.
     """
-    digest = hashlib.sha256(json.dumps(
-        [embed_model.model_name, "query" if query else "passage", list(texts)], ensure_ascii=False
-    ).encode()).hexdigest()[:16]
+    key: list[Any] = [embed_model.model_name, "query" if query else "passage", list(texts)]
+    if dimensions is not None:
+        key.append(dimensions)
+    digest = hashlib.sha256(json.dumps(key, ensure_ascii=False).encode()).hexdigest()[:16]
     with _CACHE_LOCK:
         if digest in _CACHE:
             return _CACHE[digest]

@@ -59,6 +59,7 @@ from llama_index_recency.store import (
     POLICY_METADATA_KEY,
     MemoryVectorStore,
     count_memories,
+    embedding_identity,
     gate_record,
     gate_refusal,
     has_saved_policy,
@@ -416,9 +417,11 @@ def offtopic_best(
         user_id=user_id, filters=filters,
     )
     banks = questions or {lang: offtopic_questions(lang) for lang in BANK_LANGUAGES}
+    identity = embedding_identity(vector_store_of(store)) or {}
     best: dict[str, list[float]] = {}
     for lang, texts in banks.items():
-        vectors = cached_embeddings(embed_model, list(texts), query=True)
+        vectors = cached_embeddings(embed_model, list(texts), query=True,
+                                    dimensions=identity.get("dimensions"))
         for text, vector in zip(texts, vectors, strict=True):
             nodes = retriever.retrieve(QueryBundle(query_str=text, embedding=vector.tolist()))
             if not nodes:
@@ -502,12 +505,14 @@ def _fit_lock(store: MemoryVectorStore) -> threading.Lock:
 
 
 class _Refit:
-    """A gate fit on a daemon thread: a failure is one warning line, never the caller's."""
+    """A gate fit on a background thread: a failure is one warning line, never the caller's.
+    Not a daemon: a process exiting mid-fit waits the few seconds a fit takes, instead of
+    cutting the thread inside the engine."""
 
     def __init__(self, fit: Callable[[], Optional[GateFit]]) -> None:
         self.fit: Optional[GateFit] = None
         self._run = fit
-        self.thread = threading.Thread(target=self._work, name="gate-refit", daemon=True)
+        self.thread = threading.Thread(target=self._work, name="gate-refit")
         self.thread.start()
 
     def _work(self) -> None:

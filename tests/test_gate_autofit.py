@@ -332,3 +332,19 @@ def test_a_bank_question_is_scored_by_its_best_memory_even_when_a_successor_goes
     best = offtopic_best(index.vector_store, embed, RecencyPolicy(weight=0.0),
                          questions={"en": ["Which café is the best in Paris?"]})
     assert best == {"en": [pytest.approx(0.9, abs=1e-6)]}
+
+
+def test_two_models_of_one_name_and_two_sizes_each_fit_with_their_own_vectors() -> None:
+    """One model name can serve several vector sizes (Qwen3 truncated or not): the bank's
+    cached vectors of one size are never asked of a store of the other."""
+    from conftest import KnownCosineEmbedding, cosines_for
+    from llama_index_recency.retriever import offtopic_best
+
+    bank = {"en": ["Which café is the best in Paris?"]}
+    for count in (1, 3):
+        nodes = [memory_node(f"Taro fact number {i}.", "2026-08-01") for i in range(count)]
+        embed = KnownCosineEmbedding(cosines_for(nodes, [0.7] * count))
+        index = open_memory_index(embed)
+        index.insert_nodes(nodes)
+        best = offtopic_best(index.vector_store, embed, RecencyPolicy(weight=0.0), questions=bank)
+        assert best == {"en": [pytest.approx(0.7, abs=1e-6)]}
