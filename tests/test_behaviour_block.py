@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import pytest
+
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.memory import Memory
 
@@ -34,6 +36,7 @@ def conversation_text(body: dict) -> str:
 
 # --- recall while writing -----------------------------------------------------------------
 
+@pytest.mark.slow
 async def test_a_writing_block_recalls_on_every_turn_not_only_the_first(openai_server) -> None:
     """From the second turn on the block also hands the last exchange to the writer; the
     agent must still get the recalled memories that turn."""
@@ -116,6 +119,7 @@ def said(i: int) -> list[ChatMessage]:
             ChatMessage(role="assistant", content=f"Hobby {i}, noted.")]
 
 
+@pytest.mark.slow
 async def test_a_full_queue_makes_a_flush_wait_but_never_a_turn(openai_server) -> None:
     """max_pending=2 while the writer is stuck on an LLM call: two more flushes queue at once,
     the next waits for room; a turn queues without waiting. Nothing is lost."""

@@ -115,6 +115,7 @@ def test_a_memory_longer_than_the_window_makes_one_call_escaped_inside_the_block
     assert SMALL_WINDOW - 256 - 10 <= prompt_tokens(openai_server) <= SMALL_WINDOW - 256
 
 
+@pytest.mark.slow
 def test_a_one_megabyte_memory_is_one_call_in_the_default_window(openai_server) -> None:
     huge = f"{ATTACK} " + "Taro likes trains. " * 55_000
     assert len(huge) > 1_000_000
@@ -232,6 +233,7 @@ def test_full_width_tags_arrive_escaped(openai_server) -> None:
         recency().reference(),
     ],
 )
+@pytest.mark.slow
 def test_today_is_a_date_a_datetime_or_an_iso_string(openai_server, today) -> None:
     MemoryResponseSynthesizer(llm=llm(openai_server), today=today).synthesize(QUERY, [])
     assert the_one_request(openai_server) == (f"Today is {TODAY}.", [{"role": "user",
@@ -316,6 +318,7 @@ async def test_aquery_over_an_async_store(openai_server) -> None:
                                                                   "content": QUERY}])
 
 
+@pytest.mark.slow
 async def test_achat_and_astream_chat_send_a_long_memory_in_one_call(openai_server) -> None:
     node = stored(LONG)
     index = index_of([node], [0.5], use_async=True)

@@ -94,6 +94,7 @@ def test_demo_in_japanese(e5, capsys) -> None:
     assert_bundled_outcome(out, "ja")
 
 
+@pytest.mark.slow
 def test_demo_sends_b_format_and_compares_with_off(e5, openai_server, monkeypatch, capsys):
     monkeypatch.setenv("RECENCY_LLM_BASE_URL", openai_server.base_url)
     openai_server.reply = "Lately you take it as a sweet café au lait!"
@@ -243,6 +244,7 @@ def test_calibrate_save_then_ask_uses_the_saved_policy(e5, tmp_path: Path, capsy
     assert err.startswith("error: ") and "needs at least one hit-free question" in err
 
 
+@pytest.mark.slow
 def test_users_never_see_each_others_memories(tmp_path: Path, capsys) -> None:
     """The same fact on the same day for two users is two memories, each seen only by its user."""
     tea, shared = ("The user likes green tea.", "2026-09-05"), BLACK[:2]

@@ -175,6 +175,7 @@ def test_progress_lines_without_a_terminal_say_count_rate_and_eta(capsys) -> Non
                         ("storing 5000 memories", 11.0)]
 
 
+@pytest.mark.slow
 def test_add_file_prints_progress_lines_on_stderr_without_a_terminal(tmp_path: Path,
                                                                      monkeypatch, capsys) -> None:
     monkeypatch.setattr("llama_index_recency.cli.progress.PROGRESS_INTERVAL", 0.0)

@@ -54,6 +54,7 @@ MARKUP_FACTS = (
 )
 
 
+@pytest.mark.slow
 def test_markup_in_memories_and_replies_is_shown_verbatim(openai_server, monkeypatch,
                                                           tmp_path: Path, capsys) -> None:
     # memory_node refuses an escape sequence; a store written with nodes made by hand (or
@@ -311,6 +312,7 @@ class BatchFailingEmbedding(KnownCosineEmbedding):
         return super()._get_text_embeddings(texts)
 
 
+@pytest.mark.slow
 def test_a_write_failing_part_way_says_what_was_stored_and_a_rerun_completes(tmp_path: Path,
                                                                              capsys) -> None:
     """The store refuses the batch holding memory 64 (batches of 64): the first 64 are stored."""
@@ -326,6 +328,7 @@ def test_a_write_failing_part_way_says_what_was_stored_and_a_rerun_completes(tmp
     assert out == f"stored 36 new memories, 64 already stored (100 in total) in {store}\n"
 
 
+@pytest.mark.slow
 def test_an_embedding_failure_stores_nothing_and_a_rerun_stores_all(tmp_path: Path,
                                                                     capsys) -> None:
     path, store = bulk_file(tmp_path), str(tmp_path / "store")
@@ -591,6 +594,7 @@ def run_in_child(argv: list[str], embed_model: object = None, *,
     return code, out, err
 
 
+@pytest.mark.slow
 def test_waiting_on_the_llm_shows_a_spinner_with_the_elapsed_time(store_with_a_memory,
                                                                    openai_server, monkeypatch,
                                                                    capsys) -> None:
@@ -607,6 +611,7 @@ def test_waiting_on_the_llm_shows_a_spinner_with_the_elapsed_time(store_with_a_m
 # --- issue 16, item 3: a full disk is one line with the count, never a SIGBUS ---------------
 
 
+@pytest.mark.slow
 def test_a_full_disk_stops_before_edge_writes_says_what_was_stored_and_a_rerun_completes(
         tmp_path: Path, monkeypatch, capsys) -> None:
     """Edge writes through mmap'd files, where a disk that cannot back a page is SIGBUS:

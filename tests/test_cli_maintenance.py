@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import QdrantClient, models
 
@@ -30,6 +32,7 @@ def local_mode_store(path: Path, n: int = 300) -> list[str]:
     return [node.node_id for node in nodes]
 
 
+@pytest.mark.slow
 def test_migrate_moves_a_0_1_0_store_to_edge_and_list_reads_it(tmp_path: Path, capsys) -> None:
     ids = local_mode_store(tmp_path / "old")
     assert main(["migrate", str(tmp_path / "old"), str(tmp_path / "new")]) == 0

@@ -130,6 +130,7 @@ def test_the_quick_start_and_the_agent_example_use_recency_memory() -> None:
 
 
 @pytest.mark.parametrize("page", pages_with("python"), ids=name)
+@pytest.mark.slow
 def test_python_snippets_run_in_order(page: Path, docs_env: OpenAIServer) -> None:
     namespace: dict[str, object] = {"__name__": "__docs__"}
     root = get_dispatcher()
@@ -158,6 +159,7 @@ def test_python_snippets_run_in_order(page: Path, docs_env: OpenAIServer) -> Non
 
 
 @pytest.mark.parametrize("page", pages_with("bash"), ids=name)
+@pytest.mark.slow
 def test_shell_lines_run(page: Path, docs_env: OpenAIServer,
                          capsys: pytest.CaptureFixture[str]) -> None:
     for memory_file in blocks(page, "json"):

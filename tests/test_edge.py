@@ -333,6 +333,7 @@ def test_clear_empties_the_store_and_keeps_it_usable(store: QdrantEdgeVectorStor
         store.add([TextNode(id_=node_id(2), text="again", embedding=[1.0, 0.0])])
 
 
+@pytest.mark.slow
 def test_reopen_after_close_keeps_everything(shard_path: Path) -> None:
     store = QdrantEdgeVectorStore(shard_path)
     vectors, _ = random_store(store)
@@ -406,6 +407,7 @@ def test_only_dense_queries_with_an_embedding_are_accepted(store: QdrantEdgeVect
         store.query(VectorStoreQuery(query_str="hello"))
 
 
+@pytest.mark.slow
 def test_iter_points_and_upsert_points_copy_a_store(store: QdrantEdgeVectorStore,
                                                      tmp_path: Path) -> None:
     random_store(store)

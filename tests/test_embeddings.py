@@ -47,6 +47,7 @@ def close_to(a: list[float], b: list[float]) -> bool:
     return len(a) == len(b) and all(math.isclose(x, y, abs_tol=1e-5) for x, y in zip(a, b, strict=True))
 
 
+@pytest.mark.slow
 def test_api_answers_and_local_is_not_needed(minilm_server, minilm) -> None:
     embed = fallback(minilm_server.base_url, minilm, api_key="secret", dimensions=384)
     vectors = embed.get_text_embedding_batch([TEXT, "Taro likes trains."])
@@ -61,6 +62,7 @@ def test_api_answers_and_local_is_not_needed(minilm_server, minilm) -> None:
     ("fault", "logged"),
     [(500, "HTTP 500"), (503, "HTTP 503"), (429, "HTTP 429"), ("hang", "timeout")],
 )
+@pytest.mark.slow
 def test_falls_back_to_local_on_transient_failure(
     minilm_server, minilm, caplog, fault, logged
 ) -> None:
@@ -99,6 +101,7 @@ def test_zero_cooldown_tries_the_api_again(minilm_server, minilm) -> None:
 
 
 @pytest.mark.parametrize("status", [400, 401, 404])
+@pytest.mark.slow
 def test_client_errors_are_not_hidden_by_the_fallback(minilm_server, minilm, status) -> None:
     minilm_server.faults = [status]
     embed = fallback(minilm_server.base_url, minilm)
@@ -128,6 +131,7 @@ def test_local_side_must_have_the_configured_dimension(closed_port_url, minilm) 
         embed.get_text_embedding(TEXT)
 
 
+@pytest.mark.slow
 async def test_async_path_uses_the_api_then_falls_back(minilm_server, minilm) -> None:
     embed = fallback(minilm_server.base_url, minilm, fallback_cooldown=0, timeout=0.5)
     first = await embed.aget_query_embedding("coffee?")
@@ -138,6 +142,7 @@ async def test_async_path_uses_the_api_then_falls_back(minilm_server, minilm) ->
     assert minilm_server.count("/embeddings") == 2
 
 
+@pytest.mark.slow
 def test_collection_records_the_embedding(minilm_server, minilm, tmp_path) -> None:
     index = open_memory_index(fallback(minilm_server.base_url, minilm), path=str(tmp_path))
     index.insert_nodes([memory_node("Taro likes trains.", "2026-09-01")])

@@ -90,6 +90,7 @@ class SameVector(BaseEmbedding):
         return [1.0, 0.0, 0.0, 0.0]
 
 
+@pytest.mark.slow
 def test_a_refused_refit_keeps_the_previous_gate_and_logs_one_line(caplog) -> None:
     index = open_memory_index(SameVector())
     index.insert_nodes([memory_node(fact, day) for fact, day in facts(2)])
@@ -110,6 +111,7 @@ def test_a_refused_refit_keeps_the_previous_gate_and_logs_one_line(caplog) -> No
 # --- every write path refits ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_writes_fit_the_gate_at_the_fit_size_and_again_when_the_store_doubles(e5, tmp_path) -> None:
     with RecencyMemory(e5, path=tmp_path / "store", min_fit_memories=4) as memory:
         memory.add(facts(3))
@@ -145,6 +147,7 @@ TALK = [ChatMessage(role="user", content="I like green tea."),
         ChatMessage(role="assistant", content="Noted!")]
 
 
+@pytest.mark.slow
 async def test_the_blocks_worker_fits_the_gate_once_its_writes_reach_the_fit_size(
         e5, openai_server) -> None:
     openai_server.reply = ToolCall("record_memories", FACTS)
@@ -161,6 +164,7 @@ async def test_the_blocks_worker_fits_the_gate_once_its_writes_reach_the_fit_siz
     assert block.retriever.policy.threshold_origin == fitted_on(4)  # the next turn ranks with it
 
 
+@pytest.mark.slow
 def test_the_cli_refits_after_add_and_import_and_calibrate_shows_the_fit(
         e5, tmp_path: Path, capsys, cli_environment) -> None:
     memories = tmp_path / "memories.json"
@@ -201,6 +205,7 @@ def index_policy_at(embed_model: BaseEmbedding, path: str) -> RecencyPolicy:
 # --- a store written with insert_nodes refits on its next retrieval ------------------------
 
 
+@pytest.mark.slow
 def test_a_plain_insert_nodes_store_refits_on_the_next_retrieval(e5) -> None:
     index = open_memory_index(e5)
     index.insert_nodes([memory_node(fact, day) for fact, day in facts(4)])

@@ -207,6 +207,7 @@ def test_chat_with_the_endpoint_down(closed_port_url) -> None:
         chat_engine(closed_port_url).chat(QUERY)
 
 
+@pytest.mark.slow
 def test_chat_with_a_slow_endpoint_times_out(openai_server) -> None:
     openai_server.always = "hang"
     with pytest.raises(openai.APITimeoutError, match="timed out"):
@@ -217,6 +218,7 @@ def test_chat_with_a_slow_endpoint_times_out(openai_server) -> None:
 @pytest.mark.parametrize(
     ("status", "error"), [(429, openai.RateLimitError), (500, openai.InternalServerError)]
 )
+@pytest.mark.slow
 def test_chat_fails_clearly_without_retries(openai_server, status, error) -> None:
     openai_server.always = status
     with pytest.raises(error, match=f"Error code: {status}"):
@@ -225,6 +227,7 @@ def test_chat_fails_clearly_without_retries(openai_server, status, error) -> Non
 
 
 @pytest.mark.parametrize("status", [429, 500])
+@pytest.mark.slow
 def test_chat_retries_as_configured_and_recovers(openai_server, status) -> None:
     openai_server.faults = [status]
     openai_server.reply = "Trains, right?"
@@ -233,6 +236,7 @@ def test_chat_retries_as_configured_and_recovers(openai_server, status) -> None:
 
 
 @pytest.mark.parametrize(("max_retries", "attempts"), [(0, 1), (1, 2), (2, 3)])
+@pytest.mark.slow
 def test_max_retries_means_that_many_more_requests(openai_server, max_retries, attempts) -> None:
     """Stock OpenAILike retries in two layers (N·(N+1) requests); openai_like_llm keeps one."""
     openai_server.always = 500
@@ -246,6 +250,7 @@ def test_max_retries_means_that_many_more_requests(openai_server, max_retries, a
     [("down", "APIConnectionError"), ("hang", "APITimeoutError"), (429, "RateLimitError"),
      (500, "InternalServerError")],
 )
+@pytest.mark.slow
 def test_writer_llm_failure_stores_nothing(openai_server, closed_port_url, fault, cause) -> None:
     api_base = closed_port_url if fault == "down" else openai_server.base_url
     openai_server.always = None if fault == "down" else fault

@@ -153,6 +153,7 @@ FORMS = {"upper-case": str.upper, "braced": lambda i: "{" + i + "}",
 
 
 @pytest.mark.parametrize("form", FORMS.values(), ids=FORMS)
+@pytest.mark.slow
 def test_imported_ids_and_links_are_stored_canonically(form, tmp_path: Path, capsys) -> None:
     store = str(tmp_path / "store")
     black, latte = node_id(BLACK), node_id(LATTE)

@@ -135,6 +135,7 @@ def test_bad_ids_and_timeouts_are_refused_when_parsed(argv: list[str], message: 
 
 @pytest.mark.parametrize("command", [["ask", "tea?"], ["remember", "talk.txt"], ["demo"]])
 @pytest.mark.parametrize("url", ["notaurl", "ftp://example.com/v1", "http://"])
+@pytest.mark.slow
 def test_an_llm_url_that_is_no_http_url_is_refused_once(command: list[str], url: str,
                                                         tmp_path: Path, monkeypatch,
                                                         capsys) -> None:
@@ -164,6 +165,7 @@ def test_openai_like_llm_refuses_a_bad_url_or_timeout(kwargs, message: str) -> N
         openai_like_llm(**kwargs)
 
 
+@pytest.mark.slow
 def test_calibrating_the_gate_of_an_emptied_store_is_one_line(tmp_path: Path, capsys) -> None:
     embed = store_of(tmp_path, "taro")
     assert main(["forget", "--store", str(tmp_path), "--user", "taro", "--yes"]) == 0

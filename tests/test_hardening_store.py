@@ -156,6 +156,7 @@ def no_space_under(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield full
 
 
+@pytest.mark.slow
 def test_a_store_read_from_a_copy_still_refuses_a_second_holder_and_a_write(
         tmp_path: Path, no_space_under: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     store, embed = str(tmp_path / "store"), embedding_for(MEMORY)

@@ -36,6 +36,7 @@ DISTRACTOR_RAWS = (0.50, 0.47, 0.30)
 
 
 @pytest.mark.parametrize("case_id", ["en-coffee", "en-mortgage", "en-sister-visit", "ja-city"])
+@pytest.mark.slow
 def test_links_bring_the_later_fact_first_even_far_below_the_older_ones_cosine(
     case_id: str,
 ) -> None:

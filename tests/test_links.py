@@ -131,6 +131,7 @@ def test_history_ends_on_cycles_and_self_links_and_ignores_missing_ids() -> None
             a.node_id, b.node_id, c.node_id]
 
 
+@pytest.mark.slow
 def test_history_of_a_chain_of_200_is_whole() -> None:
     chain = chain_of(200)
     index = store([(node, 0.1) for node in chain])

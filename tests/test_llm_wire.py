@@ -86,6 +86,7 @@ def test_query_engine_sends_b_format_with_thinking_off(index, openai_server: Ope
     assert "trains" not in system["content"]  # 0.430 + tiny bonus stays under 0.45
 
 
+@pytest.mark.slow
 def test_no_memory_over_threshold_still_reaches_the_llm_without_a_block(
     index, openai_server: OpenAIServer
 ) -> None:
@@ -115,6 +116,7 @@ def test_stock_engines_skip_the_llm_when_nothing_passes(index, openai_server: Op
     assert openai_server.requests == []
 
 
+@pytest.mark.slow
 def test_stock_context_chat_engine_with_the_b_format_template(
     index, openai_server: OpenAIServer
 ) -> None:
@@ -134,6 +136,7 @@ def test_stock_context_chat_engine_with_the_b_format_template(
     assert openai_server.requests[-1]["enable_thinking"] is False
 
 
+@pytest.mark.slow
 def test_recency_chat_engine_answers_with_and_without_memories(
     index, openai_server: OpenAIServer
 ) -> None:
@@ -168,6 +171,7 @@ def test_recency_chat_engine_answers_with_and_without_memories(
     ]
 
 
+@pytest.mark.slow
 async def test_async_chat_engine_over_async_qdrant(openai_server: OpenAIServer) -> None:
     index, nodes = memory_index(use_async=True)
     await index.ainsert_nodes(nodes)

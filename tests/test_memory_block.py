@@ -168,6 +168,7 @@ def workflow(llm, system_prompt: str) -> AgentWorkflow:
     lambda llm, prompt: ReActAgent(tools=[], llm=llm, system_prompt=prompt),
     workflow,
 ], ids=["FunctionAgent", "ReActAgent", "AgentWorkflow"])
+@pytest.mark.slow
 async def test_an_agent_sees_the_block_in_its_system_prompt(make_agent) -> None:
     llm = MockFunctionCallingLLMWithChatMemoryOfLastCall()
     block = RecencyMemoryBlock(index=coffee_index(), policy=POLICY)
@@ -359,6 +360,7 @@ def agent(server: OpenAIServer) -> FunctionAgent:
     return FunctionAgent(tools=[], llm=llm, system_prompt="You are Mimi.")
 
 
+@pytest.mark.slow
 async def test_what_the_user_says_is_stored_during_the_session_without_a_call_by_the_app(
         openai_server, extraction_server) -> None:
     """Memory's defaults flush nothing in four turns; the block writes turn 2's fact anyway."""
@@ -381,6 +383,7 @@ async def test_what_the_user_says_is_stored_during_the_session_without_a_call_by
     assert await memory.aget_all(status=MessageStatus.ARCHIVED) == []  # Memory flushed nothing
 
 
+@pytest.mark.slow
 async def test_each_turn_is_sent_for_extraction_once_across_turns_flushes_and_the_end(
         openai_server, extraction_server) -> None:
     """A turn's text is in exactly one extraction request: sent during the session, never again
@@ -548,6 +551,7 @@ async def test_forgetting_a_user_drops_their_waiting_conversations(tmp_path, clo
     assert openai_server.count("/chat/completions") == 0 and count_memories(index) == 0
 
 
+@pytest.mark.slow
 async def test_a_store_that_failed_after_the_llm_answered_is_retried_without_asking_again(
         openai_server, tmp_path, monkeypatch) -> None:
     """The extracted memories wait in the outbox: a retry stores those, so a second answer
@@ -581,6 +585,7 @@ def writers(block: RecencyMemoryBlock) -> list[threading.Thread]:
     return [thread for thread in threading.enumerate() if thread.name == f"{block.name}-writer"]
 
 
+@pytest.mark.slow
 def test_the_writer_drains_its_queue_then_leaves_when_idle(openai_server, monkeypatch) -> None:
     monkeypatch.setattr(memory_block, "_WORKER_IDLE_SECONDS", 0.2)
     openai_server.reply = ToolCall(RECORD, FACTS)
@@ -642,6 +647,7 @@ async def test_a_session_killed_after_its_last_reply_keeps_that_exchange_in_the_
     assert {entry.user_id for entry in left} == {"hanako"}
 
 
+@pytest.mark.slow
 async def test_the_held_exchange_leaves_the_outbox_when_the_session_is_remembered(
         tmp_path, openai_server, extraction_server) -> None:
     extraction_server.reply = NOTHING

@@ -130,6 +130,7 @@ def test_num_threads_must_be_positive() -> None:
 # -- quality on the bundled sets (H2, "that thing you were working on", left out) -------------
 
 
+@pytest.mark.slow
 def test_hit_questions_rank_their_memory_first_by_raw_cosine(raw_cosines) -> None:
     questions, cosines = raw_cosines
     for question in questions:
@@ -152,6 +153,7 @@ def test_every_target_outscores_every_hit_free_question(raw_cosines) -> None:
     assert lowest_target > hit_free_max
 
 
+@pytest.mark.slow
 def test_japanese_calibration_at_the_seed_bonus_passes_with_the_newer_memory_first(e5) -> None:
     data, nodes, questions = example_set("ja")
     questions = [q for q in questions if len(q.targets) <= 1]

@@ -202,6 +202,7 @@ def test_notebook_runs_offline_with_tables_and_figures(fresh: Any) -> None:
     assert len(_outputs(fresh, "image/png")) == len(FIGURE_CELLS)
 
 
+@pytest.mark.slow
 def test_japanese_label_renders_with_a_cjk_font() -> None:
     import matplotlib
     from matplotlib import font_manager

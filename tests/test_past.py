@@ -117,6 +117,7 @@ def kept_keys(retriever, question: str, past_bonus_scale: float) -> list[tuple[s
 
 
 @pytest.mark.parametrize("question_id", ["H1", "H3", "H4"])
+@pytest.mark.slow
 def test_option_changes_nothing_for_h1_h3_h4(bundled_retriever, question_id: str) -> None:
     (question,) = [q for q in example_questions() if q.id == question_id]
     assert kept_keys(bundled_retriever, question.text, 0.0) == kept_keys(

@@ -77,6 +77,7 @@ def everything(policy: RecencyPolicy, memories: Sequence[NodeWithScore]) -> list
     first_limit=st.integers(1, 6),
     on_missing_date=st.sampled_from(["no_bonus", "drop"]),
 )
+@pytest.mark.slow
 def test_equals_ranking_every_memory(
     rows, weight, tau_days, threshold, top_n, first_limit, on_missing_date
 ) -> None:

@@ -145,6 +145,7 @@ def keys(retriever: QdrantRecencyRetriever, question: str) -> list[str]:
     return [n.node.get_content() for n in retriever.retrieve(QueryBundle(question))]
 
 
+@pytest.mark.slow
 def test_e5_the_current_coffee_order_leads_for_present_and_neutral_questions(coffee_store) -> None:
     retriever, nodes = coffee_store
     black, cafe = nodes[0].get_content(), nodes[1].get_content()

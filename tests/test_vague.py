@@ -186,6 +186,7 @@ def test_the_synthesizer_adds_the_note_for_a_vague_reference(openai_server) -> N
     assert system_of(openai_server) == f"Today is {TODAY}."
 
 
+@pytest.mark.slow
 async def test_the_chat_engine_and_async_query_add_the_note(openai_server) -> None:
     index, nodes = memory_index(use_async=True)
     await index.ainsert_nodes(nodes)

@@ -120,6 +120,7 @@ def test_conversation_to_retrievable_memories(openai_server, llm) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_same_conversation_twice_is_stored_once(openai_server, llm) -> None:
     openai_server.reply = reply((1, "habit_change", CAFE), (1, "habit_change", CAFE))
     index = memory_index()
@@ -140,6 +141,7 @@ def test_a_datetime_counts_by_its_day(openai_server, llm) -> None:
     assert count_memories(index) == 1
 
 
+@pytest.mark.slow
 def test_nothing_worth_remembering_stores_nothing(openai_server, llm) -> None:
     openai_server.reply = reply()
     index = memory_index()
@@ -336,6 +338,7 @@ def test_facts_about_ai_or_bots_are_still_facts(openai_server, llm) -> None:
 
 
 @pytest.mark.parametrize("name", ["Jo\\e", "A\\1B", "\\g<0>", "太郎"])
+@pytest.mark.slow
 def test_user_name_is_substituted_literally(openai_server, llm, name) -> None:
     openai_server.reply = reply((1, "habit_change", CAFE))
     (node,) = extract_memories(parse_transcript(TRANSCRIPT), llm, memory_date=DAY, user_name=name)
@@ -343,6 +346,7 @@ def test_user_name_is_substituted_literally(openai_server, llm, name) -> None:
 
 
 @pytest.mark.parametrize("name", ["Ta\nro", "Taro\r", "Ta\x00ro", "Ta\u2028ro", "\t"])
+@pytest.mark.slow
 def test_user_name_with_a_control_character_is_refused_before_the_llm(openai_server, llm,
                                                                      name) -> None:
     with pytest.raises(ValueError, match=re.escape(f"user_name {name!r}")):
