@@ -7,7 +7,7 @@ import pytest
 from llama_index_recency import RecencyPolicy, index_policy, memory_node, open_memory_index
 from llama_index_recency.examples import example_memories, EXAMPLE_REFERENCE_DATE
 from llama_index_recency.store import save_policy
-from llama_index_recency.cohort import cohort_texts
+from llama_index_recency.cohort import cohort_texts, relevance_cohort
 from llama_index_recency.gate import (
     MAX_BRING_UP,
     NOISE_MARGIN,
@@ -89,8 +89,10 @@ def test_a_store_that_grew_past_its_gate_says_so_after_writes(bundled) -> None:
     policy = index_policy(bundled, reference_date=EXAMPLE_REFERENCE_DATE)
     save_policy(bundled, calibrate_gate(bundled, policy).policy(policy))
     assert check_gate(bundled) is None
-    bundled.insert_nodes([memory_node(text.split(": ", 1)[1], "2026-09-05")
-                          for text in cohort_texts()])
+    grown = [memory_node(*reversed(text.split(": ", 1))) for text in cohort_texts()]
+    for node, vector in zip(grown, relevance_cohort(bundled._embed_model).vectors, strict=True):
+        node.embedding = vector.tolist()  # e5's own vectors for these texts, shipped
+    bundled.insert_nodes(grown)
     warning = check_gate(bundled)
     assert warning is not None and "rerun calibrate --save" in warning
     assert "\n" not in warning
