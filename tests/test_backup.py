@@ -85,6 +85,7 @@ def answers(index, user_id):
             for question in QUESTIONS]
 
 
+@pytest.mark.slow
 def test_a_line_holds_the_fact_its_date_user_links_and_the_rest_of_the_metadata(
         source, tmp_path: Path) -> None:
     path = tmp_path / "backup.jsonl"
@@ -114,6 +115,7 @@ def test_a_line_holds_the_fact_its_date_user_links_and_the_rest_of_the_metadata(
     assert {line["user_id"] for line in lines(tmp_path / "taro.jsonl")} == {"taro"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("with_embeddings", [False, True], ids=["embedded again", "vectors"])
 def test_an_edge_to_edge_round_trip_keeps_everything_and_the_answers(
         source, e5, tmp_path: Path, with_embeddings: bool) -> None:

@@ -52,6 +52,7 @@ async def test_a_writing_block_recalls_on_every_turn_not_only_the_first(openai_s
     assert sent_turns(openai_server) == [[("user", "Hello, I'm Taro."), ("assistant", "Hi Taro!")]]
 
 
+@pytest.mark.slow
 async def test_a_writing_blocks_memory_shows_the_agent_the_recall_on_the_second_turn(
         openai_server) -> None:
     openai_server.reply = NOTHING
@@ -67,6 +68,7 @@ async def test_a_writing_blocks_memory_shows_the_agent_the_recall_on_the_second_
 
 # --- what reaches the writer --------------------------------------------------------------
 
+@pytest.mark.slow
 async def test_only_the_users_and_assistants_words_reach_the_writer(openai_server) -> None:
     """An agent's history also holds the system prompt, tool results and assistant turns that
     only call a tool (no text, or blank): none of them is something the user said."""

@@ -89,6 +89,7 @@ def one_memory_store():
     return index, policy, found.score  # every off-topic question's best score
 
 
+@pytest.mark.slow
 def test_check_gate_warns_in_one_line_when_the_threshold_lets_too_many_in(one_memory_store) -> None:
     index, policy, best = one_memory_store
     low = policy.model_copy(update={"threshold": best - 0.01})
@@ -101,6 +102,7 @@ def test_check_gate_warns_in_one_line_when_the_threshold_lets_too_many_in(one_me
     assert check_gate(index, policy.model_copy(update={"threshold": best + 0.01})) is None
 
 
+@pytest.mark.slow
 def test_check_gate_warns_at_zero_headroom(one_memory_store) -> None:
     """The threshold equals every question's best score: each brings its memory (100%)."""
     index, policy, best = one_memory_store

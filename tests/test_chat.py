@@ -147,6 +147,7 @@ def test_a_window_too_small_for_the_prompt_is_a_clear_error_before_any_call(open
     assert openai_server.requests == []
 
 
+@pytest.mark.slow
 def test_chat_engine_sends_a_long_memory_in_one_call_streamed_or_not(openai_server) -> None:
     node = stored(LONG)
     index = index_of([node], [0.5])
@@ -261,6 +262,7 @@ def test_a_bad_today_is_refused_by_name(bad) -> None:
         )
 
 
+@pytest.mark.slow
 def test_chat_engine_today_sets_the_date_even_over_a_templates(openai_server) -> None:
     index = index_of([], [])
     for template in (None, RETRIEVED_MEMORY_CONTEXT_TEMPLATE.partial_format(today="2026-01-01")):
@@ -290,6 +292,7 @@ def retriever_query_engine(index, server: OpenAIServer, **kwargs: object) -> Ret
     )
 
 
+@pytest.mark.slow
 def test_retriever_query_engine_with_the_memory_synthesizer_sends_b_format(openai_server) -> None:
     index, nodes = memory_index()
     index.insert_nodes(nodes)
@@ -308,6 +311,7 @@ def test_retriever_query_engine_with_the_memory_synthesizer_sends_b_format(opena
 # -- async --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_aquery_over_an_async_store(openai_server) -> None:
     index, nodes = memory_index(use_async=True)
     await index.ainsert_nodes(nodes)
@@ -341,6 +345,7 @@ async def test_achat_and_astream_chat_send_a_long_memory_in_one_call(openai_serv
     assert_long_memory_cut_inside_the_block(system, rest)
 
 
+@pytest.mark.slow
 async def test_astream_chat_with_no_memory_still_asks_the_llm(openai_server) -> None:
     index, nodes = memory_index(use_async=True)
     await index.ainsert_nodes(nodes)

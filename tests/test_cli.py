@@ -281,6 +281,7 @@ def test_users_never_see_each_others_memories(tmp_path: Path, capsys) -> None:
     assert "2 memories in" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_ask_sends_the_kept_memories_to_the_llm(coffee_cosines, openai_server, monkeypatch,
                                                 tmp_path: Path, capsys) -> None:
     store = str(tmp_path / "store")
@@ -306,6 +307,7 @@ def test_ask_on_an_empty_store_says_so(coffee_cosines, tmp_path: Path, capsys) -
     assert capsys.readouterr().out == f"no memories stored in {store}\n"
 
 
+@pytest.mark.slow
 def test_remember_stores_the_extracted_facts(openai_server, monkeypatch, tmp_path: Path,
                                              capsys) -> None:
     transcript = tmp_path / "talk.txt"

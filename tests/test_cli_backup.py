@@ -213,6 +213,7 @@ def test_on_a_terminal_progress_is_a_bar_not_lines(tmp_path: Path, monkeypatch, 
 # --- export, import, history, list --json ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_export_then_import_restores_the_store(chain_store: str, tmp_path: Path,
                                                capsys) -> None:
     backup, copy = tmp_path / "backup.jsonl", str(tmp_path / "copy")

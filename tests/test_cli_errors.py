@@ -247,6 +247,7 @@ EMPTY_CHOICES = json.dumps({"id": "x", "object": "chat.completion", "created": 0
                             "choices": []}).encode()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("body", [b"{not json", EMPTY_CHOICES], ids=["bad JSON", "no choices"])
 def test_an_unreadable_llm_answer_is_one_line_after_the_ranking(
         body: bytes, store_with_a_memory, monkeypatch, capsys) -> None:
@@ -268,6 +269,7 @@ def test_an_unreadable_llm_answer_is_one_line_after_the_ranking(
     (429, "HTTP 429 scripted 429 (after 3 attempts)"),
     ("hang", "no answer within 0.2 s (after 3 attempts)"),
 ])
+@pytest.mark.slow
 def test_a_failing_llm_is_one_line_after_the_ranking(fault, reason, store_with_a_memory,
                                                      openai_server, monkeypatch, capsys) -> None:
     store, embed = store_with_a_memory
@@ -393,6 +395,7 @@ def test_a_fact_with_a_control_character_in_a_memory_file_is_refused(tmp_path: P
     assert not store.exists()
 
 
+@pytest.mark.slow
 def test_a_user_id_is_trimmed_and_list_shows_whose_memories(tmp_path: Path, capsys) -> None:
     tea = ("The user likes green tea.", "2026-09-09")
     store, embed = str(tmp_path / "store"), embedding_for(MEMORY, tea)

@@ -320,6 +320,7 @@ def test_delete_by_ref_doc_id_by_node_ids_and_by_filter(store: QdrantEdgeVectorS
     assert store.count() == len(left) - 1
 
 
+@pytest.mark.slow
 def test_clear_empties_the_store_and_keeps_it_usable(store: QdrantEdgeVectorStore) -> None:
     random_store(store)
     store.update_metadata({"model": "m"})
@@ -505,6 +506,7 @@ def test_two_handles_waiting_for_the_first_add_do_not_both_create(shard_path: Pa
     second.close()
 
 
+@pytest.mark.slow
 def test_a_store_missing_an_index_opens_on_a_full_disk_and_a_new_one_is_refused(
         shard_path: Path, monkeypatch, caplog) -> None:
     """An earlier version's store lacks a newer payload index; with too little room to add

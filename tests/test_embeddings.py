@@ -92,6 +92,7 @@ def test_cooldown_skips_the_api_after_a_fallback(minilm_server, minilm) -> None:
     assert minilm_server.count("/embeddings") == 1  # the second call went straight to local
 
 
+@pytest.mark.slow
 def test_zero_cooldown_tries_the_api_again(minilm_server, minilm) -> None:
     minilm_server.faults = [500]
     embed = fallback(minilm_server.base_url, minilm, fallback_cooldown=0)
@@ -117,6 +118,7 @@ def test_a_different_model_behind_the_api_is_refused(openai_server, minilm) -> N
         embed.get_text_embedding(TEXT)
 
 
+@pytest.mark.slow
 def test_a_different_dimension_behind_the_api_is_refused(openai_server, minilm) -> None:
     openai_server.embed = lambda texts: [v[:256] for v in minilm.get_text_embedding_batch(texts)]
     with pytest.raises(EmbeddingMismatchError, match="returns 256 dimensions .* 384"):
@@ -218,6 +220,7 @@ def auth_server(minilm) -> Iterator[tuple[str, list[Optional[str]]]]:
     httpd.server_close()
 
 
+@pytest.mark.slow
 async def test_api_key_is_sent_as_a_bearer_token(auth_server, minilm) -> None:
     url, received = auth_server
     with_key = fallback(url, minilm, api_key="sk-test-123")
@@ -238,6 +241,7 @@ async def test_api_key_is_sent_as_a_bearer_token(auth_server, minilm) -> None:
          "query: ", "passage: "),
     ],
 )
+@pytest.mark.slow
 def test_the_api_gets_the_instructions_the_local_model_applies(
     openai_server, minilm, tmp_path, monkeypatch,
     model_name, configured, query_instruction, text_instruction,

@@ -132,6 +132,7 @@ def test_writes_fit_the_gate_at_the_fit_size_and_again_when_the_store_doubles(e5
         assert again.search(QUESTION).threshold_origin == fitted_on(8)
 
 
+@pytest.mark.slow
 def test_an_import_fits_the_gate_of_the_store_it_fills(e5, tmp_path) -> None:
     with RecencyMemory(e5, path=tmp_path / "a", min_fit_memories=1000) as source:
         source.add(facts(4))
@@ -239,6 +240,7 @@ def test_an_explicit_saved_policy_is_never_overwritten(e5, tmp_path) -> None:
         assert retriever.wait_for_refit() is None
 
 
+@pytest.mark.slow
 def test_a_policy_given_by_the_caller_is_used_as_given(e5, tmp_path) -> None:
     given = RecencyPolicy(threshold=0.9, reference_date="2026-09-10")
     with RecencyMemory(e5, path=tmp_path / "store", policy=given, min_fit_memories=4) as memory:
@@ -339,6 +341,7 @@ def test_a_bank_question_is_scored_by_its_best_memory_even_when_a_successor_goes
     assert best == {"en": [pytest.approx(0.9, abs=1e-6)]}
 
 
+@pytest.mark.slow
 def test_two_models_of_one_name_and_two_sizes_each_fit_with_their_own_vectors() -> None:
     """One model name can serve several vector sizes (Qwen3 truncated or not): the bank's
     cached vectors of one size are never asked of a store of the other."""

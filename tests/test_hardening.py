@@ -302,6 +302,7 @@ def as_nodes(specs) -> list[NodeWithScore]:
     ]
 
 
+@pytest.mark.slow
 @given(candidates_strategy, st.floats(min_value=-1.0, max_value=1.5), st.integers(1, 5),
        st.sampled_from(["no_bonus", "drop"]))
 def test_kept_nodes_never_fall_below_the_threshold(specs, threshold, top_n, policy) -> None:
@@ -315,6 +316,7 @@ def test_kept_nodes_never_fall_below_the_threshold(specs, threshold, top_n, poli
     assert [n.node.node_id for n in ranking.nodes] == [r.node_id for r in eligible[:top_n]]
 
 
+@pytest.mark.slow
 @given(candidates_strategy)
 def test_resorting_is_stable(specs) -> None:
     ranking = RecencyBonusPostprocessor(reference_date=REFERENCE, threshold=-2.0).explain(

@@ -98,6 +98,7 @@ CHANGES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change, message", CHANGES.values(), ids=CHANGES)
 def test_a_line_changing_a_stored_memory_is_refused_naming_the_line(
         change: dict, message: str, alice_store: str, tmp_path: Path, capsys) -> None:

@@ -83,6 +83,7 @@ def test_a_pasted_log_is_embedded_as_its_first_characters_only(e5) -> None:
     assert vector == e5.get_query_embedding(PASTED[:MAX_QUERY_CHARS])
 
 
+@pytest.mark.slow
 async def test_a_turn_of_100k_characters_is_recalled_in_seconds(e5) -> None:
     index = open_memory_index(e5)
     index.insert_nodes([memory_node("The user drinks coffee black.", "2026-09-01")])
@@ -126,6 +127,7 @@ def test_the_embedding_api_gets_the_same_cut_question_as_the_local_model(e5) -> 
     (["remember", "talk.txt", "--llm-timeout", "nan"],
      "argument --llm-timeout: expected a positive number of seconds, got 'nan'"),
 ])
+@pytest.mark.slow
 def test_bad_ids_and_timeouts_are_refused_when_parsed(argv: list[str], message: str,
                                                       tmp_path: Path, capsys) -> None:
     store_of(tmp_path, "taro")
@@ -175,6 +177,7 @@ def test_calibrating_the_gate_of_an_emptied_store_is_one_line(tmp_path: Path, ca
         f"error: no memories stored in {tmp_path}; there is no gate to fit")
 
 
+@pytest.mark.slow
 def test_calibrating_the_gate_of_a_user_without_memories_is_one_line(tmp_path: Path,
                                                                      capsys) -> None:
     embed = store_of(tmp_path, "taro")

@@ -72,6 +72,7 @@ def test_links_to_missing_ids_are_ignored() -> None:
     assert retrieve(store([(a, 0.60)])) == [a.node_id]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("length", [200])
 def test_a_chain_of_200_brings_its_newest_first(length: int) -> None:
     chain = [linked("Taro's drink, version 0.", "2026-01-01", [])]

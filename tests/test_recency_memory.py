@@ -80,6 +80,7 @@ def test_update_keeps_the_history_and_export_import_round_trips(memory, e5, tmp_
             == [json.loads(line) for line in (tmp_path / "taro.jsonl").read_text().splitlines()])
 
 
+@pytest.mark.slow
 def test_remember_writes_a_conversation_through_the_llm(memory, openai_server: OpenAIServer
                                                          ) -> None:
     openai_server.reply = json.dumps({"memories": [
@@ -108,6 +109,7 @@ def test_integrations_share_the_store_policy_user_and_llm(memory, openai_server)
     assert f"Today is {TODAY}." in openai_server.system_text()
 
 
+@pytest.mark.slow
 def test_calibrate_save_ranks_with_the_fitted_threshold_from_now_on(memory, e5, tmp_path) -> None:
     memory.add([BLACK, SWEET, TRAIN])
     fit = memory.calibrate(save=True)

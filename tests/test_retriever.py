@@ -531,6 +531,7 @@ def test_a_question_that_is_not_vague_is_unaffected(engine: str) -> None:
     assert "vague_reference" not in ranking.nodes[0].node.metadata
 
 
+@pytest.mark.slow
 def test_nothing_recent_brings_nothing_new_and_the_path_can_be_turned_off(engine: str) -> None:
     old = [RECENT[0], RECENT[4], ("Taro likes trains.", "2026-04-01", 0.44)]
     ranking = retriever_for(store_of(known_cosine_nodes(old), engine)).explain(vague_query(4))

@@ -128,6 +128,7 @@ def test_a_0_1_0_store_opens_unchanged_with_a_notice(tmp_path: Path, caplog) -> 
     close_memory_index(index)
 
 
+@pytest.mark.slow
 def test_migrate_copies_every_memory_and_the_identity_and_leaves_the_source(tmp_path: Path) -> None:
     source, target = tmp_path / "old", tmp_path / "new"
     write_0_1_0_store(source)

@@ -262,6 +262,7 @@ def counting_adds(index, monkeypatch) -> list[int]:
     return calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_write_in_batches_reports_progress_and_a_rerun_writes_nothing(
         engine: str, tmp_path: Path, monkeypatch) -> None:
@@ -278,6 +279,7 @@ def test_a_write_in_batches_reports_progress_and_a_rerun_writes_nothing(
     assert again.new == () and len(again.unchanged) == 70 and adds == [64, 6]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_failed_batch_says_exactly_how_many_were_stored_and_a_rerun_stores_the_rest(
         engine: str, tmp_path: Path, monkeypatch) -> None:

@@ -168,6 +168,7 @@ def system_of(server: OpenAIServer) -> str:
     return system["content"]
 
 
+@pytest.mark.slow
 def test_the_synthesizer_adds_the_note_for_a_vague_reference(openai_server) -> None:
     index, nodes = memory_index()
     index.insert_nodes(nodes)
