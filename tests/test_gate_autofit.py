@@ -6,20 +6,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import ToolCall
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.llms.types import ChatMessage
-from llama_index.core.instrumentation import get_dispatcher
-from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 
 from llama_index_recency import (
-    MemoryRankingEvent,
     QdrantRecencyRetriever,
     RecencyMemory,
     RecencyMemoryBlock,
@@ -271,29 +266,6 @@ def test_a_language_without_a_threshold_uses_the_nearest_fitted_one() -> None:
     assert nearest_language("zh", ["en", "ja"]) == "ja"
     assert nearest_language("ko", ["en"]) == "en"
     assert nearest_language("fr", ["ja"]) == "ja"
-
-
-class Collect(BaseEventHandler):
-    events: list[Any] = []
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "Collect"
-
-    def handle(self, event: Any, **kwargs: Any) -> None:
-        if isinstance(event, MemoryRankingEvent):
-            self.events.append(event)
-
-
-@pytest.fixture
-def collected() -> Iterator[list[MemoryRankingEvent]]:
-    handler = Collect(events=[])
-    root = get_dispatcher()
-    root.add_event_handler(handler)
-    try:
-        yield handler.events
-    finally:
-        root.event_handlers.remove(handler)
 
 
 def test_each_question_meets_its_languages_threshold_and_says_so(e5, collected) -> None:
