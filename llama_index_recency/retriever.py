@@ -480,6 +480,8 @@ def refit_store_gate(
 def _due(store: MemoryVectorStore, min_memories: int, memories: int,
          ratio: float = REFIT_RATIO) -> bool:
     """Whether ``store`` of ``memories`` is due for a fit by its size (:func:`refit_due`)."""
+    if memories < min_memories:  # a small store's questions read no metadata for this
+        return False
     if has_saved_policy(store):
         return False
     units = index_policy(store).relevance
