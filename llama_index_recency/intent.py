@@ -1,14 +1,15 @@
-"""What a question asks of time: the present state, a past one, or neither.
+"""What a question asks of time: the present state, a past one, an event, or neither.
 
 A question about the present ("What do I drink these days?") wants the newest version of
-a fact, one about the past ("What did I use to drink?") an old one, and most questions
-("How do I take my coffee?") say neither. :class:`~llama_index_recency.RecencyPolicy`
-sets the recency bonus per intent. The rule is a fixed phrase list in English and
-Japanese, so it is predictable and testable; extend it by adding patterns to
-:data:`PRESENT_PATTERNS` / :data:`PAST_POINTING_PATTERNS` before the first question
-(they are compiled on first use). An explicit past marker wins over a present one
-("This is an old story, but I still…").
-Vague recent references ("the other day", 「この前」) are in neither list.
+a fact, one about the past ("What did I use to drink?") an old one, one about an event
+("When did I go to Kyoto?") the memory of that event, and most questions ("How do I take
+my coffee?") say neither. :class:`~llama_index_recency.RecencyPolicy` sets the recency
+bonus and whether newer versions go first per intent. The rule is a fixed phrase list in
+English and Japanese, so it is predictable and testable; extend it by adding patterns to
+:data:`PRESENT_PATTERNS` / :data:`PAST_POINTING_PATTERNS` / :data:`EVENT_PATTERNS` before
+the first question (they are compiled on first use). A past marker wins over a present
+one ("This is an old story, but I still…"), and a present one over an event's tense.
+Vague recent references ("the other day", 「この前」) are in no list.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import re
 from functools import lru_cache
 from typing import Literal
 
-Intent = Literal["present", "past", "neutral"]
+Intent = Literal["present", "past", "event", "neutral"]
 
 PRESENT_PATTERNS: list[str] = [
     r"\bnow\b",
@@ -82,6 +83,15 @@ PAST_POINTING_PATTERNS: list[str] = [
 Japanese."""
 
 
+EVENT_PATTERNS: list[str] = [
+    r"\b(?:did|was|were)\b(?! *(?:wondering|thinking|hoping)\b)",
+]
+"""Regular expressions (case-insensitive) for a question in the English simple past ("When
+did…", "What was…"): it asks about something that happened, and a newer memory on the same
+topic is not a newer version of it. Japanese has no list: its past form also marks recall
+of a present fact (「何だったっけ？」)."""
+
+
 @lru_cache(maxsize=8)
 def _compiled(patterns: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(patterns), re.IGNORECASE)
@@ -97,11 +107,20 @@ def asks_about_present(question: str) -> bool:
     return _compiled(tuple(PRESENT_PATTERNS)).search(question) is not None
 
 
-def question_intent(question: str) -> Intent:
-    """``"present"``, ``"past"`` or ``"neutral"``: which versions of a fact ``question`` wants.
+def asks_about_event(question: str) -> bool:
+    """True when ``question`` contains one of :data:`EVENT_PATTERNS`."""
+    return _compiled(tuple(EVENT_PATTERNS)).search(question) is not None
 
-    A past marker wins ("This is an old story, but I still…" asks about the past).
+
+def question_intent(question: str) -> Intent:
+    """``"present"``, ``"past"``, ``"event"`` or ``"neutral"``: which versions of a fact
+    ``question`` wants.
+
+    A past marker wins ("This is an old story, but I still…" asks about the past), then a
+    present one ("What did I say I drink these days?" asks about the present).
     """
     if points_to_past(question):
         return "past"
-    return "present" if asks_about_present(question) else "neutral"
+    if asks_about_present(question):
+        return "present"
+    return "event" if asks_about_event(question) else "neutral"

@@ -343,7 +343,8 @@ class RecencyPolicy(BaseModel):
     def for_intent(self, intent: Intent) -> "RecencyPolicy":
         """The plain policy that ranks a question of this intent: the present bonus (and the
         threshold raised by ``present_weight - weight``), the past bonus without version
-        reordering, or the policy itself for a neutral one."""
+        reordering, the policy without version reordering for an event, or the policy itself
+        for a neutral one."""
         if intent == "present" and self.present_weight is not None:
             changes: dict[str, Any] = {
                 "weight": self.present_weight,
@@ -354,6 +355,8 @@ class RecencyPolicy(BaseModel):
         elif intent == "past" and (self._past_weight() != self.weight
                                    or self.supersede_margin is not None):
             changes = {"weight": self._past_weight(), "supersede_margin": None}
+        elif intent == "event" and self.supersede_margin is not None:
+            changes = {"supersede_margin": None}
         else:
             return self
         values = self.model_dump(include=set(RecencyPolicy.model_fields))

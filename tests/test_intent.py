@@ -54,11 +54,10 @@ def test_past_questions(question: str) -> None:
 @pytest.mark.parametrize("question", [
     "How do I take my coffee?",
     "What's my favorite food?",
-    "How did that thing you were working on go?",
     "Do you remember what I told you before?",
     "What do I drink before bed?",
-    "What did I do the other day?",
     "I'm used to black coffee.",
+    "I was wondering how I take my coffee.",
     "Today is a good day for a walk, isn't it?",
     "コーヒーってどう飲んでるんだっけ？",
     "今日の天気はどう？",
@@ -69,6 +68,26 @@ def test_past_questions(question: str) -> None:
 ])
 def test_neutral_questions(question: str) -> None:
     assert question_intent(question) == "neutral"
+
+
+@pytest.mark.parametrize("question", [
+    "When did I go to Kyoto?",
+    "What did Caroline paint?",
+    "How did that thing you were working on go?",
+    "What did I do the other day?",
+    "Where was the party?",
+    "Who were you with at the concert?",
+])
+def test_questions_about_an_event(question: str) -> None:
+    assert question_intent(question) == "event"
+
+
+@pytest.mark.parametrize("question", [
+    "What did I say I drink these days?",
+    "Where was I living now, again?",
+])
+def test_a_present_marker_wins_over_the_simple_past(question: str) -> None:
+    assert question_intent(question) == "present"
 
 
 def test_the_present_list_is_extensible(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,12 +109,14 @@ def test_each_intent_gets_its_bonus_and_the_present_gate_rises_by_the_extra_bonu
     assert present.for_intent("present") is present  # applying it twice changes nothing
     past = INTENT_POLICY.for_intent("past")
     assert (past.weight, past.supersede_margin) == (0.0, None)
+    event = INTENT_POLICY.for_intent("event")
+    assert (event.weight, event.threshold, event.supersede_margin) == (0.004, 0.82, None)
     assert INTENT_POLICY.for_intent("neutral") is INTENT_POLICY
 
 
 def test_the_seed_policy_ranks_every_intent_alike() -> None:
     seed = RecencyPolicy()
-    for intent in ("present", "past", "neutral"):
+    for intent in ("present", "past", "event", "neutral"):
         assert seed.for_intent(intent) is seed
 
 
@@ -115,5 +136,6 @@ def test_explain_says_which_intent_applied() -> None:
         exclude={"reference_date"}), reference_date="2026-12-01")
     node = NodeWithScore(node=TextNode(text="m", metadata={"date": "2026-06-01"}), score=0.9)
     for question, intent in (("Where do I live now?", "present"),
-                             ("Where did I use to live?", "past"), ("Where do I live?", "neutral")):
+                             ("Where did I use to live?", "past"),
+                             ("When did I move?", "event"), ("Where do I live?", "neutral")):
         assert postprocessor.explain([node], QueryBundle(question)).intent == intent

@@ -102,6 +102,13 @@ def test_a_question_about_the_past_is_never_reordered() -> None:
     assert POLICY.for_intent("past").supersede_margin is None
 
 
+def test_a_question_about_an_event_is_never_reordered() -> None:
+    nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.76, "2026-11-01")},
+                       twins={"new": "old"})
+    assert ranked(nodes, POLICY.for_intent("event"))[:2] == ["old", "new"]
+    assert ranked(nodes, POLICY.for_intent("neutral"))[:2] == ["new", "old"]
+
+
 def test_without_a_margin_nothing_moves() -> None:
     nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.76, "2026-11-01")},
                        twins={"new": "old"})
@@ -170,6 +177,15 @@ def test_e5_a_past_question_keeps_the_old_version_and_an_unchanged_fact_stays(co
     assert nodes[0].get_content() in keys(retriever, "How did I use to take my coffee?")
     assert retriever.explain("How did I use to take my coffee?").intent == "past"
     assert nodes[2].get_content() in keys(retriever, "What am I allergic to?")
+
+
+def test_e5_a_question_about_an_event_keeps_the_cosine_order(coffee_store) -> None:
+    retriever, nodes = coffee_store
+    question = "When did I start taking my coffee black?"
+    explained = retriever.explain(question)
+    assert explained.intent == "event"
+    assert keys(retriever, question)[0] == nodes[0].get_content()
+    assert not any("version" in row.reason for row in explained.rows)
 
 
 async def test_the_async_retriever_places_newer_versions_alike(coffee_store) -> None:

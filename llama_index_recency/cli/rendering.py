@@ -87,6 +87,7 @@ def ranking_table(title: Text, ranking: RecencyRanking) -> Table:
 INTENT_CAPTIONS = {
     "present": "question about the present: the present bonus, newer versions first",
     "past": "question about the past: no newer-version reordering, the past bonus",
+    "event": "question about an event: no newer-version reordering",
 }
 
 
