@@ -23,7 +23,7 @@ from llama_index_recency.chat import MemoryResponseSynthesizer, RecencyChatEngin
 from llama_index_recency.errors import RecencyError
 from llama_index_recency.events import MemoryRankingEvent
 from llama_index_recency.intent import question_intent
-from llama_index_recency.memory import Turn, memory_node
+from llama_index_recency.records import Turn, memory_node
 from llama_index_recency.memory_block import RecencyMemoryBlock
 from llama_index_recency.models import offline_embedding, openai_like_llm
 from llama_index_recency.postprocessor import RecencyBonusPostprocessor

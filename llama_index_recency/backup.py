@@ -6,7 +6,7 @@ Each line is an object with these fields, in this order::
      "user_id": "taro", "supersedes": ["5f1d6e3c-…"], "metadata": {"key": "tea"}}
 
 - ``id``: the memory's id, kept on import in canonical form (optional there: omitted, it
-  is :func:`~llama_index_recency.memory.memory_node`'s id for the line).
+  is :func:`~llama_index_recency.records.memory_node`'s id for the line).
 - ``text``: the fact sentence, without the ``"YYYY-MM-DD: "`` prefix the stored text
   starts with (the prefix is rebuilt from ``date``).
 - ``date``: the memory's date exactly as stored: ``YYYY-MM-DD`` for a day, the full ISO
@@ -46,7 +46,7 @@ from llama_index.core.schema import BaseNode, TextNode
 
 from llama_index_recency.errors import InvalidInputError, MemoryFileError
 from llama_index_recency.links import LINK_KEYS, check_link, linked_ids
-from llama_index_recency.memory import (
+from llama_index_recency.records import (
     SUPERSEDED_BY_KEY,
     SUPERSEDES_KEY,
     USER_ID_KEY,
@@ -94,7 +94,7 @@ def memory_lines(
     """The lines :func:`export_memories` writes (each without its newline), newest first.
 
     The memories are read (and checked: each must have a readable date its text starts
-    with, as :func:`~llama_index_recency.memory.memory_node` makes it) before the first line
+    with, as :func:`~llama_index_recency.records.memory_node` makes it) before the first line
     is yielded; a memory that is not raises ``ValueError`` naming it.
     """
     nodes = get_memories(index, user_id=user_id)
@@ -318,7 +318,7 @@ def read_memory_file(path: str | os.PathLike[str]) -> MemoryFile:
     anything is stored: the first bad line raises :class:`MemoryFileError` naming its
     number. Blank lines are skipped; a file that cannot be read raises ``OSError``.
 
-    Each line becomes the node :func:`~llama_index_recency.memory.memory_node` makes for it
+    Each line becomes the node :func:`~llama_index_recency.records.memory_node` makes for it
     (same text layout, same metadata, the same keys excluded from embedding and prompt),
     with the line's ``id`` and ``date`` kept exactly; dates after tomorrow are accepted
     (a backup restores what was stored).

@@ -43,7 +43,7 @@ from llama_index_recency.errors import (
     RecencyError,
 )
 from llama_index_recency.filters import has_condition, to_edge_filter
-from llama_index_recency.memory import SUPERSEDES_KEY, USER_ID_KEY
+from llama_index_recency.records import SUPERSEDES_KEY, USER_ID_KEY
 
 logger = logging.getLogger(__name__)
 _WARNED: set[tuple[Any, ...]] = set()

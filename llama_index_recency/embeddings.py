@@ -24,7 +24,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
 from llama_index_recency.errors import MissingExtraError, RecencyError
-from llama_index_recency.memory import MAX_FACT_CHARS
+from llama_index_recency.records import MAX_FACT_CHARS
 
 if TYPE_CHECKING:  # importing it pulls in torch; the caller has already loaded one
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding

@@ -15,7 +15,7 @@ from typing import Any, Literal, Optional
 from llama_index.core.schema import TextNode
 
 from llama_index_recency.errors import InvalidInputError
-from llama_index_recency.memory import memory_node
+from llama_index_recency.records import memory_node
 
 QuestionKind = Literal["hit", "contradiction", "hit_free"]
 

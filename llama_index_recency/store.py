@@ -62,7 +62,7 @@ from llama_index_recency.errors import (
 )
 from llama_index_recency.gate_fit import fitted_origin
 from llama_index_recency.filters import has_condition, memory_scope, to_qdrant_filter
-from llama_index_recency.memory import is_memory_id
+from llama_index_recency.records import is_memory_id
 from llama_index_recency.models import CALIBRATED_POLICIES
 from llama_index_recency.dates import parse_memory_date
 from llama_index_recency.scoring import RecencyPolicy

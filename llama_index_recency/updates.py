@@ -35,7 +35,7 @@ from llama_index_recency.links import (
     memory_time,
     relinked,
 )
-from llama_index_recency.memory import (
+from llama_index_recency.records import (
     SUPERSEDED_BY_KEY,
     SUPERSEDES_KEY,
     USER_ID_KEY,
@@ -88,7 +88,7 @@ def insert_memories(
     """Store ``nodes`` (memory_node's, or any with UUID ids): the one write every path uses.
 
     Ids and ``supersedes`` links are stored as
-    :func:`~llama_index_recency.memory.canonical_id` spells them (``nodes`` are updated in
+    :func:`~llama_index_recency.records.canonical_id` spells them (``nodes`` are updated in
     place), so a memory is one memory whatever the spelling it was given in.
 
     A memory already stored keeps what it had (its metadata, merged under the new; its
@@ -139,7 +139,7 @@ async def ainsert_memories(
 
 
 def _spell_canonically(node: BaseNode) -> None:
-    """The node's id and links as :func:`~llama_index_recency.memory.canonical_id` spells
+    """The node's id and links as :func:`~llama_index_recency.records.canonical_id` spells
     them: the store finds a point under any spelling but keeps the id as written, so an
     upper-case id would be a memory no lower-case lookup or link ever matches."""
     if is_memory_id(node.node_id):

@@ -33,8 +33,8 @@ from llama_index.core.tools import FunctionTool
 
 from llama_index_recency.errors import FinalWriteError, InvalidInputError, RetryableWriteError
 from llama_index_recency.errors import MemoryWriteError as MemoryWriteError  # their common base
-from llama_index_recency.memory import Turn as Turn  # a writer's input
-from llama_index_recency.memory import (
+from llama_index_recency.records import Turn as Turn  # a writer's input
+from llama_index_recency.records import (
     SUBJECT_PLACEHOLDERS,
     SeveralUsersWarning,
     calendar_day,
@@ -207,7 +207,7 @@ def extract_memories(
     :class:`~llama_index_recency.errors.FinalWriteError` when an answer is not
     :class:`ExtractedMemories` or facts were proposed and none is valid. A
     ``memory_date`` more than one day after today raises
-    :class:`~llama_index_recency.memory.FutureMemoryDateError` before any LLM call, unless
+    :class:`~llama_index_recency.records.FutureMemoryDateError` before any LLM call, unless
     ``allow_future=True``.
     """
     job = _Job.start(turns, memory_date, user_name, user_id, prompt, allow_future)
@@ -250,7 +250,7 @@ def remember(
 
     ``memory_date`` (default: today) is the conversation's day; a datetime counts by
     its own calendar day. A day more than one day after today is refused with
-    :class:`~llama_index_recency.memory.FutureMemoryDateError` (a ``ValueError``) before
+    :class:`~llama_index_recency.records.FutureMemoryDateError` (a ``ValueError``) before
     any LLM call, unless ``allow_future=True``. ``user_id`` scopes the memories (and the
     existing ones the LLM is shown) to one user. Ids come from (user,) date and fact, so remembering the same
     conversation twice stores each memory once. Every part of a long conversation is

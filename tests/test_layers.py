@@ -10,7 +10,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "llama_index_recency"
 
 LAYERS: dict[str, tuple[str, ...]] = {
     # what a memory is: keys, ids, memory_node, the errors, the demo data
-    "records": ("errors", "dates", "memory", "examples", "data"),
+    "records": ("errors", "dates", "records", "memory", "examples", "data"),
     # the policy math, the I/O-free search plan and its steps, relevance units, text rules
     "ranking": ("scoring", "search", "supersession", "cohort", "events", "intent", "vague",
                 "text", "language", "gate_fit"),

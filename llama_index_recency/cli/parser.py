@@ -31,7 +31,7 @@ from llama_index_recency.cli.session import (
 )
 from llama_index_recency.examples import EXAMPLE_LANGUAGES
 from llama_index_recency.gate import MAX_BRING_UP
-from llama_index_recency.memory import control_character
+from llama_index_recency.records import control_character
 from llama_index_recency.models import LLM_BASE_URL_ENV
 from llama_index_recency.store import DEFAULT_COLLECTION, check_collection_name
 

@@ -19,7 +19,7 @@ from llama_index_recency.calibration import (
     format_score,
 )
 from llama_index_recency.cli.session import Location, Written
-from llama_index_recency.memory import USER_ID_KEY
+from llama_index_recency.records import USER_ID_KEY
 from llama_index_recency.models import LLM_BASE_URL_ENV
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 
