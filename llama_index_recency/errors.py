@@ -11,13 +11,14 @@ no valid memory came of it: asking again gets the same) are both :class:`MemoryW
 :class:`PartialWriteError` says how much of a store write was done (rerunning it stores
 the rest).
 
-The errors of the store, the embedding models and the ranking are defined beside the code
-that raises them and import from here too (``from llama_index_recency.errors import
-MemoryStoreLockedError`` loads the store module on first use).
+The errors of opening a store, of the embedding models and of the ranking are defined beside
+the code that raises them and import from here too (``from llama_index_recency.errors import
+MemoryStoreNotFoundError`` loads the store module on first use).
 """
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 from datetime import date
@@ -29,11 +30,7 @@ _DEFINED_IN = {
     "EmbeddingMismatchError": "embeddings",
     "MemoryDateError": "scoring",
     "MemoryNotFoundError": "store",
-    "MemoryStoreDamagedError": "edge",
-    "MemoryStoreFullError": "edge",
-    "MemoryStoreLockedError": "edge",
     "MemoryStoreNotFoundError": "store",
-    "MemoryStoreReadOnlyError": "edge",
     "MemoryStoreUnreachableError": "store",
 }
 """The errors defined beside the code raising them (which imports this module), by module."""
@@ -42,7 +39,11 @@ __all__ = [
     "FinalWriteError",
     "InvalidInputError",
     "MemoryStoreClosedError",
+    "MemoryStoreDamagedError",
+    "MemoryStoreFullError",
+    "MemoryStoreLockedError",
     "MemoryStorePathError",
+    "MemoryStoreReadOnlyError",
     "MigrationIncompleteError",
     "MissingExtraError",
     "PermissionDeniedError",
@@ -88,6 +89,37 @@ class PermissionDeniedError(RecencyError, PermissionError):
 
 class MemoryStoreClosedError(RecencyError, RuntimeError):
     """A store used after its ``close``."""
+
+
+class MemoryStoreLockedError(RecencyError, RuntimeError):
+    """The embedded store at a path is already open in another process or handle."""
+
+
+class MemoryStoreReadOnlyError(RecencyError, OSError):
+    """The embedded store is on a read-only filesystem (errno EROFS). Qdrant Edge loads a
+    shard for writing even to read it (qdrant-edge-py has no read-only load), so the store
+    is read from a temporary copy: raised by a write, or when no copy can be made."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.EROFS, message)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+class MemoryStoreDamagedError(RecencyError, RuntimeError):
+    """Edge cannot load the shard: a file of it is missing, truncated or not what it wrote."""
+
+
+class MemoryStoreFullError(RecencyError, OSError):
+    """The disk holding an embedded store has too little free space for what comes next
+    (errno ENOSPC); nothing of that was written."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.ENOSPC, message)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 class MigrationIncompleteError(RecencyError, RuntimeError):
