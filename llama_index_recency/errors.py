@@ -30,8 +30,6 @@ _DEFINED_IN = {
     "EmbeddingMismatchError": "embeddings",
     "MemoryDateError": "scoring",
     "MemoryNotFoundError": "store",
-    "MemoryStoreNotFoundError": "store",
-    "MemoryStoreUnreachableError": "store",
 }
 """The errors defined beside the code raising them (which imports this module), by module."""
 
@@ -42,8 +40,10 @@ __all__ = [
     "MemoryStoreDamagedError",
     "MemoryStoreFullError",
     "MemoryStoreLockedError",
+    "MemoryStoreNotFoundError",
     "MemoryStorePathError",
     "MemoryStoreReadOnlyError",
+    "MemoryStoreUnreachableError",
     "MigrationIncompleteError",
     "MissingExtraError",
     "PermissionDeniedError",
@@ -120,6 +120,14 @@ class MemoryStoreFullError(RecencyError, OSError):
 
     def __str__(self) -> str:
         return str(self.strerror)
+
+
+class MemoryStoreNotFoundError(RecencyError, FileNotFoundError):
+    """A command that only reads was pointed at a path that holds no memory store."""
+
+
+class MemoryStoreUnreachableError(RecencyError, ConnectionError):
+    """The Qdrant server at a url did not answer (nothing listening, no route, a timeout)."""
 
 
 class MigrationIncompleteError(RecencyError, RuntimeError):
