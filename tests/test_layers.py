@@ -21,7 +21,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "writing": ("updates", "links", "writer", "outbox", "backup"),
     # LlamaIndex integrations and fitting, side by side
     "integrations": ("retriever", "postprocessor", "memory_block", "chat", "prompts",
-                     "calibration", "gate"),
+                     "calibration", "policy_fit", "gate"),
     "api": ("recency_memory", "__init__"),
     "cli": ("cli", "__main__"),
 }

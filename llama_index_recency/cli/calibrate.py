@@ -14,9 +14,7 @@ from llama_index_recency.calibration import (
     SEED_GRID,
     RetrievedCandidates,
     calibrate,
-    fit_policy,
     fit_threshold,
-    raw_cosine_sd,
     retrieve_candidates,
 )
 from llama_index_recency.cli.inputs import check_targets, load_questions, select
@@ -36,6 +34,7 @@ from llama_index_recency.examples import (
 )
 from llama_index_recency.gate import calibrate_gate, offtopic_questions
 from llama_index_recency.models import COHORT_POLICY
+from llama_index_recency.policy_fit import fit_policy, raw_cosine_sd
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.store import count_memories, index_policy, save_policy
 

@@ -14,10 +14,10 @@ from rich.text import Text
 from llama_index_recency.calibration import (
     DEFAULT_KEY,
     Calibration,
-    PolicyFit,
     ThresholdFit,
     format_score,
 )
+from llama_index_recency.policy_fit import PolicyFit
 from llama_index_recency.cli.session import Location, Written
 from llama_index_recency.records import USER_ID_KEY
 from llama_index_recency.models import LLM_BASE_URL_ENV
