@@ -18,7 +18,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "storage": ("filters", "edge_points", "edge_files", "edge", "store_access", "store_metadata",
                 "migration", "store", "embeddings", "models"),
     # the one write, update / forget / relink, extraction, outbox, backup
-    "writing": ("updates", "links", "extraction", "writer", "outbox", "backup"),
+    "writing": ("updates", "links", "extraction", "writer", "outbox", "memory_file", "backup"),
     # LlamaIndex integrations and fitting, side by side
     "integrations": ("retriever", "postprocessor", "memory_block", "chat", "prompts",
                      "calibration", "policy_fit", "gate"),
