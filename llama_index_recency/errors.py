@@ -23,7 +23,7 @@ import importlib
 import os
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 _DEFINED_IN = {
     "EmbeddingAPIError": "embeddings",
@@ -95,31 +95,36 @@ class MemoryStoreLockedError(RecencyError, RuntimeError):
     """The embedded store at a path is already open in another process or handle."""
 
 
-class MemoryStoreReadOnlyError(RecencyError, OSError):
+class _StoreDiskError(RecencyError, OSError):
+    """The disk holding an embedded store refuses what comes next: an ``OSError`` with the
+    class's :attr:`code` as its errno, shown as its message alone."""
+
+    code: ClassVar[int]
+
+    def __init__(self, message: str) -> None:
+        super().__init__(self.code, message)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+class MemoryStoreReadOnlyError(_StoreDiskError):
     """The embedded store is on a read-only filesystem (errno EROFS). Qdrant Edge loads a
     shard for writing even to read it (qdrant-edge-py has no read-only load), so the store
     is read from a temporary copy: raised by a write, or when no copy can be made."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(errno.EROFS, message)
-
-    def __str__(self) -> str:
-        return str(self.strerror)
+    code = errno.EROFS
 
 
 class MemoryStoreDamagedError(RecencyError, RuntimeError):
     """Edge cannot load the shard: a file of it is missing, truncated or not what it wrote."""
 
 
-class MemoryStoreFullError(RecencyError, OSError):
+class MemoryStoreFullError(_StoreDiskError):
     """The disk holding an embedded store has too little free space for what comes next
     (errno ENOSPC); nothing of that was written."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(errno.ENOSPC, message)
-
-    def __str__(self) -> str:
-        return str(self.strerror)
+    code = errno.ENOSPC
 
 
 class MemoryStoreNotFoundError(RecencyError, FileNotFoundError):

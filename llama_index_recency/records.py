@@ -115,6 +115,12 @@ def control_character(text: str) -> Optional[str]:
     return next((c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
 
 
+def quoted(text: str, limit: int = 100) -> str:
+    """``text`` quoted for a one-line message, cut after ``limit`` characters (the cut shown
+    outside the quotes)."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
+
+
 def check_user_name(user_name: str) -> str:
     """Return ``user_name`` if it can stand in a memory: non-blank, no control characters."""
     if not user_name.strip():

@@ -42,6 +42,7 @@ from llama_index_recency.records import (
     canonical_id,
     is_memory_id,
     memory_node,
+    quoted,
 )
 from llama_index_recency.store import (
     MemoryStore,
@@ -170,13 +171,9 @@ def _check_texts(nodes: Sequence[BaseNode], stored: dict[str, BaseNode]) -> None
         old = stored.get(node.node_id)
         if old is not None and old.get_content() != node.get_content():
             raise InvalidInputError(
-                f"memory {node.node_id} is stored as {_quoted(old.get_content())}, not "
-                f"{_quoted(node.get_content())}: a memory's text never changes; store the new "
+                f"memory {node.node_id} is stored as {quoted(old.get_content(), 60)}, not "
+                f"{quoted(node.get_content(), 60)}: a memory's text never changes; store the new "
                 "fact with update_memory (it supersedes the old one) or forget the old one first")
-
-
-def _quoted(text: str, limit: int = 60) -> str:
-    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def _keep_what_it_had(node: BaseNode, old: BaseNode) -> None:

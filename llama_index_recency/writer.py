@@ -38,6 +38,7 @@ from llama_index_recency.records import (
     check_user_name,
     has_subject,
     memory_node,
+    quoted,
 )
 from llama_index_recency.extraction import EXTRACTION_TOOL as EXTRACTION_TOOL
 from llama_index_recency.extraction import (
@@ -330,7 +331,7 @@ class _Job:
                     for label in candidate.updates:
                         check_link(node, labels[label])
                 except ValueError as problem:
-                    problems.append(f"turn {candidate.turn}, {_quoted(candidate.fact)}: {problem}")
+                    problems.append(f"turn {candidate.turn}, {quoted(candidate.fact)}: {problem}")
                     continue
                 nodes.setdefault(node.node_id, node)  # the same fact twice is one memory
         if problems and not nodes:
@@ -342,10 +343,6 @@ class _Job:
                            len(problems), "y" if len(problems) == 1 else "ies", len(nodes),
                            "; ".join(problems))
         return list(nodes.values())
-
-
-def _quoted(fact: str, limit: int = 100) -> str:
-    return repr(fact) if len(fact) <= limit else repr(fact[:limit]) + "..."
 
 
 _AS_DATA = str.maketrans({"&": "&amp;", "＆": "&amp;", "﹠": "&amp;",
