@@ -91,7 +91,7 @@ _MOVED: dict[str, tuple[str, ...]] = {
         "parse_transcript", "remember", "remember_transcript",
     ),
 }
-"""The other names 0.2 exported here, by the module they are imported from now."""
+"""The other names 0.2 exported here, by the module that holds them."""
 
 _MODULE_OF = {name: module for module, names in _MOVED.items() for name in names}
 

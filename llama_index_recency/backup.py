@@ -14,8 +14,8 @@ Each line is an object with these fields, in this order::
   because the id is derived from it.
 - ``user_id``: the memory's user, ``null`` for none.
 - ``supersedes``: the ids of the earlier memories it updates, sorted, ``[]`` for none.
-  0.2.0's back links (``superseded_by`` on the older memory) are written the current way
-  round: B listed in A's ``superseded_by`` puts A in B's ``supersedes``. A link to another
+  The back links of stores made by 0.2.0 (``superseded_by`` on the older memory) are
+  written the other way round: B listed in A's ``superseded_by`` puts A in B's ``supersedes``. A link to another
   user's memory (never followed, and refused by every write since) is left out.
 - ``metadata``: the rest of the metadata (``key``, ``kind``, …), without the fields above.
 - ``embedding_model`` and ``embedding`` (``with_embeddings=True`` only): the store's
@@ -103,7 +103,7 @@ def memory_lines(
     if outside:
         owners.update((node.node_id, node.metadata.get(USER_ID_KEY))
                       for node in get_memories(index, outside))
-    newer: dict[str, set[str]] = {}  # 0.2.0 back links, turned round: newer id -> older ids
+    newer: dict[str, set[str]] = {}  # back links (stores made by 0.2.0), turned round: newer id -> older ids
     for node in nodes:
         for successor in linked_ids(node, SUPERSEDED_BY_KEY):
             if successor in owners:
@@ -128,7 +128,7 @@ def memory_lines(
 def _record(node: BaseNode, superseded_by_others: set[str],
             owners: dict[str, Optional[str]]) -> dict[str, Any]:
     """One line's fields. Links to another user's memory (never followed, and refused by
-    every write since) are left out; links to memories no longer stored are kept."""
+    every write) are left out; links to memories no longer stored are kept."""
     metadata = node.metadata
     day = metadata.get(DATE_KEY)
     try:

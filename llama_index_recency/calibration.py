@@ -41,7 +41,7 @@ from llama_index_recency.vague import (
 SEED_GRID: tuple[tuple[float, float], ...] = (
     (0.03, 30.0), (0.04, 30.0), (0.04, 14.0), (0.05, 14.0)
 )
-"""The seed's four (weight, tau_days) candidates, smallest bonus first."""
+"""The four (weight, tau_days) candidates :func:`calibrate` runs by default, smallest bonus first."""
 
 DEFAULT_KEY = "key"
 """Metadata key naming a memory in questions' ``targets`` (the node id when it is absent)."""
@@ -179,7 +179,7 @@ class Calibration:
         )
 
     def to_table(self) -> str:
-        """The seed's Markdown table: candidate, hit-free max, headroom, each target, verdict."""
+        """A Markdown table: candidate, hit-free max, headroom, each target, verdict."""
         target_labels = [score.label for score in self.results[0].targets] if self.results else []
         target_labels += [check.label for check in self.results[0].vague] if self.results else []
         header = ["weight", "tau (days)", "Hit-free max", "Headroom", *target_labels, "Verdict"]
@@ -365,9 +365,8 @@ def fit_threshold(
 ) -> ThresholdFit:
     """Place the threshold for ``policy``'s bonus between hit-free and target scores.
 
-    Use it for a new embedding model, whose cosines live on their own scale (the
-    seed's 0.45 belongs to Qwen3-Embedding-0.6B at 256 dims); ``policy.threshold``
-    is ignored.
+    Use it for a new embedding model, whose cosines live on their own scale (the default
+    0.45 belongs to Qwen3-Embedding-0.6B at 256 dims); ``policy.threshold`` is ignored.
     """
     check_labels(retrieved)
     hit_free, scores = _score(retrieved, policy, key)

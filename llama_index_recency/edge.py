@@ -438,7 +438,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         """A datetime index on the date key and keyword indexes on doc_id, user_id and
         supersedes (the successor search runs on every retrieval: it must not scan).
 
-        A store from an earlier version on a disk too full for a missing index opens
+        A store without one of them on a disk too full to add it opens
         without it (searches are the same, only slower; logged once): what a user needs on
         a full disk is to list, export and forget."""
         assert self._shard is not None

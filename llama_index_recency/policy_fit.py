@@ -27,11 +27,11 @@ SPREAD_KS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.5, 1.0, 1.5, 2.0)
 """Bonus weights :func:`fit_policy` tries, in units of the raw-cosine sd: ``weight = k * sd``.
 
 From a bonus too small to reorder anything (0.1 sd) to one that outweighs a typical
-difference in relevance (2 sd: the seed's 0.05 is ~1.5 sd for Qwen3 and ~2 sd for e5).
+difference in relevance (2 sd: the default 0.05 is ~1.5 sd for Qwen3 and ~2 sd for e5).
 """
 
 SPREAD_TAUS: tuple[float, ...] = (14.0, 30.0)
-"""Bonus decays :func:`fit_policy` tries, in days: the seed's two."""
+"""Bonus decays :func:`fit_policy` tries, in days: the two of :data:`~llama_index_recency.calibration.SEED_GRID`."""
 
 NOISE_MARGIN = COSINE_NOISE_MARGIN
 """Cosine a fitted threshold must keep from both sides of its gap for a candidate to pass.

@@ -59,7 +59,8 @@ SUPERSEDES_KEY = "supersedes"
 """Metadata key: ids of the earlier memories a memory updates or contradicts."""
 
 SUPERSEDED_BY_KEY = "superseded_by"
-"""Metadata key of 0.2.0's back links (ids of the later memories); read, no longer written."""
+"""Metadata key of the back links stores made by 0.2.0 hold (ids of the later memories): read,
+never written."""
 
 
 def check_not_future(memory_date: date | datetime | str, *,
@@ -173,8 +174,8 @@ def memory_node(
     :class:`FutureMemoryDateError` unless ``allow_future=True``: it would keep the full
     recency bonus until that day. Tomorrow is accepted (the user's time zone may be ahead).
 
-    The date stays in the embedded text (dropping it changed cosines in the seed's
-    measurements) and is also stored under ``date_key`` for the bonus. Metadata is
+    The date stays in the embedded text (the shipped policies were calibrated on cosines of
+    dated text) and is also stored under ``date_key`` for the bonus. Metadata is
     excluded from the embedding and the LLM prompt, so the date is never shown twice.
     """
     fact = " ".join(fact.split())
@@ -211,7 +212,7 @@ def memory_node(
         extra[USER_ID_KEY] = user_id
     if supersedes:
         extra[SUPERSEDES_KEY] = supersedes
-    # Checked now: a bad link would be stored and only fail when followed or forgotten.
+    # Checked here: a bad link would be stored and only fail when followed or forgotten.
     links = [str(link) for link in extra.get(SUPERSEDES_KEY) or []]
     bad = [link for link in links if not is_memory_id(link)]
     if bad:

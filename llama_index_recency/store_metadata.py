@@ -98,7 +98,7 @@ def has_saved_policy(index: MemoryStore) -> bool:
 def index_policy(index: MemoryStore, **overrides: Any) -> RecencyPolicy:
     """The policy to rank this store with: the one calibrated and saved with it
     (:func:`save_policy`, origin "explicit"), else the shipped one for its embedding model
-    (``models.CALIBRATED_POLICIES``; else the seed's) with the store's own gate fit in the
+    (``models.CALIBRATED_POLICIES``; else :class:`RecencyPolicy`'s defaults) with the store's own gate fit in the
     same units (:func:`save_gate_fit`, origin "fitted on N memories on DATE") or as shipped.
 
     ``overrides`` (e.g. ``reference_date=...``) are applied on top; a ``threshold`` among

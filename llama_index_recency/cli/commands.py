@@ -196,7 +196,7 @@ def _llm_reason(error: Exception, timeout: float | None) -> str:
 # printed on a fresh default store.
 WHERE_NEXT = "\n".join((
     "Where next:",
-    "  the notebook: notebooks/recency_bonus_experiments.ipynb (the seed's tables, score plots)",
+    "  the notebook: notebooks/recency_bonus_experiments.ipynb (the calibration tables, score plots)",
     "  the docs: docs/README.md (one page a topic: ranking, agent memory, the store, the CLI, ...)",
     "  your own memories, in the default store:",
     '    llama-index-recency add "The user has switched to green tea."',

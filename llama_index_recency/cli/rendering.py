@@ -128,7 +128,7 @@ def memory_table(title: str, nodes: Sequence[BaseNode], *, ordered: bool = False
 
 
 def calibration_table(result: Calibration) -> Table:
-    """The seed's table turned sideways (a column per candidate) so many targets still fit."""
+    """The four-candidate table turned sideways (a column per candidate) so many targets still fit."""
     table = Table(title=f"Candidates at threshold {result.threshold:g} (red: condition failed)",
                   title_justify="left")
     table.add_column("Condition", overflow="fold")
