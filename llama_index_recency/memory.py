@@ -10,6 +10,7 @@ from llama_index_recency.records import SUBJECT_PLACEHOLDERS as SUBJECT_PLACEHOL
 from llama_index_recency.records import SUPERSEDED_BY_KEY as SUPERSEDED_BY_KEY
 from llama_index_recency.records import SUPERSEDES_KEY as SUPERSEDES_KEY
 from llama_index_recency.records import USER_ID_KEY as USER_ID_KEY
+from llama_index_recency.records import Role as Role
 from llama_index_recency.records import SeveralUsersWarning as SeveralUsersWarning
 from llama_index_recency.records import Turn as Turn
 from llama_index_recency.records import calendar_day as calendar_day

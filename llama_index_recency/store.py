@@ -71,6 +71,7 @@ from llama_index_recency.store_access import (
 from llama_index_recency.store_metadata import (
     EMBEDDING_METADATA_KEY,
     GATE_METADATA_KEY,
+    GATE_REFUSED_METADATA_KEY,
     POLICY_METADATA_KEY,
     embedding_identity,
     embedding_mismatch,
@@ -116,6 +117,7 @@ __all__ = [
     "save_policy",
     # the storage modules' names the package reads through this one
     "EDGE_DIRECTORY",
+    "GATE_REFUSED_METADATA_KEY",
     "MemoryStore",
     "MemoryVectorStore",
     "edge_shard_path",

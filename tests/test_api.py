@@ -72,7 +72,7 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 MEMORY_MODULE_0_2 = [
     "calendar_day", "canonical_id", "check_not_future", "check_user_name", "control_character",
     "FutureMemoryDateError", "has_subject", "is_memory_id", "MAX_FACT_CHARS", "memory_id",
-    "MEMORY_NAMESPACE", "memory_node", "SeveralUsersWarning", "SUBJECT_PLACEHOLDERS",
+    "MEMORY_NAMESPACE", "memory_node", "Role", "SeveralUsersWarning", "SUBJECT_PLACEHOLDERS",
     "SUPERSEDED_BY_KEY", "SUPERSEDES_KEY", "Turn", "USER_ID_KEY", "with_subject",
 ]
 """The public names of ``llama_index_recency.memory`` in 0.2, now ``llama_index_recency.records``."""
