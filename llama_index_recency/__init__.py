@@ -23,7 +23,7 @@ from llama_index_recency.chat import MemoryResponseSynthesizer, RecencyChatEngin
 from llama_index_recency.errors import RecencyError
 from llama_index_recency.events import MemoryRankingEvent
 from llama_index_recency.intent import question_intent
-from llama_index_recency.memory import Turn, memory_node
+from llama_index_recency.records import Turn, memory_node
 from llama_index_recency.memory_block import RecencyMemoryBlock
 from llama_index_recency.models import offline_embedding, openai_like_llm
 from llama_index_recency.postprocessor import RecencyBonusPostprocessor
@@ -91,7 +91,7 @@ _MOVED: dict[str, tuple[str, ...]] = {
         "parse_transcript", "remember", "remember_transcript",
     ),
 }
-"""The other names 0.2 exported here, by the module they are imported from now."""
+"""The other names 0.2 exported here, by the module that holds them."""
 
 _MODULE_OF = {name: module for module, names in _MOVED.items() for name in names}
 

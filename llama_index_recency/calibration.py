@@ -1,17 +1,13 @@
 """Calibration: choose the bonus (weight, tau_days) and the threshold from labelled questions.
 
-The seed fitted ``0.05 * exp(-days / 14)`` with a "four-candidate pass" over its stored
-memories: (a) no hit-free question may put a memory at or over the threshold, and every
-target memory of a hit question must reach it. :func:`calibrate` reruns that pass over
-any store and grid; :func:`fit_threshold` places the threshold for a new embedding model.
-
-The seed's numbers are Qwen3's; cosines of another model live on their own scale (e5's
-sit in 0.72-0.90 with an sd of ~0.027, so a 0.05 bonus is two sd there).
-:func:`fit_policy` therefore scales the candidate weights to the model's own spread
-(``weight = k * sd``, :data:`SPREAD_KS`, :data:`SPREAD_TAUS`), fits the threshold for
-each candidate, and adopts by a documented rule (see :func:`fit_policy`).
-Candidates are retrieved once (top-k by raw cosine) and re-scored per grid point with
+:func:`calibrate` runs the "four-candidate pass" over any store and grid: (a) no hit-free
+question may put a memory at or over the threshold, and every target memory of a hit
+question must reach it. :func:`fit_threshold` places the threshold for a new embedding
+model, whose cosines live on their own scale. Candidates are retrieved once (top-k by raw
+cosine) and re-scored per grid point with
 :class:`~llama_index_recency.scoring.RecencyPolicy`, so the numbers are the postprocessor's.
+The policy fit, which scales the candidate weights to the model's own spread, is in
+:mod:`llama_index_recency.policy_fit` (its names import from here too).
 
 A vague reference ("How did that thing you were working on go?",
 :func:`~llama_index_recency.vague.is_vague_reference`) scores high against no memory, so
@@ -22,17 +18,18 @@ half its targets listed (:func:`vague_listed`).
 
 from __future__ import annotations
 
+import importlib
 import math
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore
 
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.examples import ExampleQuestion
-from llama_index_recency.gate_fit import COSINE_NOISE_MARGIN
 from llama_index_recency.scoring import DROPPED_NO_DATE, RecencyPolicy
 from llama_index_recency.vague import (
     VAGUE_WINDOW_DAYS,
@@ -44,27 +41,21 @@ from llama_index_recency.vague import (
 SEED_GRID: tuple[tuple[float, float], ...] = (
     (0.03, 30.0), (0.04, 30.0), (0.04, 14.0), (0.05, 14.0)
 )
-"""The seed's four (weight, tau_days) candidates, smallest bonus first."""
-
-SPREAD_KS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.5, 1.0, 1.5, 2.0)
-"""Bonus weights :func:`fit_policy` tries, in units of the raw-cosine sd: ``weight = k * sd``.
-
-From a bonus too small to reorder anything (0.1 sd) to one that outweighs a typical
-difference in relevance (2 sd: the seed's 0.05 is ~1.5 sd for Qwen3 and ~2 sd for e5).
-"""
-
-SPREAD_TAUS: tuple[float, ...] = (14.0, 30.0)
-"""Bonus decays :func:`fit_policy` tries, in days: the seed's two."""
-
-NOISE_MARGIN = COSINE_NOISE_MARGIN
-"""Cosine a fitted threshold must keep from both sides of its gap for a candidate to pass.
-
-Another CPU moves e5's cosines by ~1e-4 (a different build of the same 4-bit kernels), so
-a candidate that passes only by less than this would pass on one machine and fail on the
-next: it must still pass with every cosine moved by ±0.001."""
+"""The four (weight, tau_days) candidates :func:`calibrate` runs by default, smallest bonus first."""
 
 DEFAULT_KEY = "key"
 """Metadata key naming a memory in questions' ``targets`` (the node id when it is absent)."""
+
+_POLICY_FIT = ("fit_policy", "NOISE_MARGIN", "PolicyCandidate", "PolicyFit", "raw_cosine_sd",
+               "spread_grid", "SPREAD_KS", "SPREAD_TAUS")
+"""The names of :mod:`llama_index_recency.policy_fit` importable from here too."""
+
+
+def __getattr__(name: str) -> Any:
+    """A name of the policy fit, loaded on first use (its module imports this one)."""
+    if name not in _POLICY_FIT:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module("llama_index_recency.policy_fit"), name)
 
 
 @dataclass(frozen=True)
@@ -188,7 +179,7 @@ class Calibration:
         )
 
     def to_table(self) -> str:
-        """The seed's Markdown table: candidate, hit-free max, headroom, each target, verdict."""
+        """A Markdown table: candidate, hit-free max, headroom, each target, verdict."""
         target_labels = [score.label for score in self.results[0].targets] if self.results else []
         target_labels += [check.label for check in self.results[0].vague] if self.results else []
         header = ["weight", "tau (days)", "Hit-free max", "Headroom", *target_labels, "Verdict"]
@@ -300,7 +291,7 @@ def calibrate(
     (:func:`vague_listed`). Among passing candidates the smallest weight is adopted
     (ties: the smaller tau); none passing means none adopted.
     """
-    _check_labels(retrieved)
+    check_labels(retrieved)
     # One check per target, or one per vague question: (question, target or None).
     checks = [
         (item, target)
@@ -317,7 +308,7 @@ def calibrate(
     )
     results = []
     for weight, tau_days in grid:
-        candidate = _with_bonus(policy, weight, tau_days)
+        candidate = with_bonus(policy, weight, tau_days)
         hit_free, scores = _score(retrieved, candidate, key)
         finals = iter(scores)
         failed = [letters[0]] if hit_free.final >= policy.threshold else []
@@ -374,11 +365,10 @@ def fit_threshold(
 ) -> ThresholdFit:
     """Place the threshold for ``policy``'s bonus between hit-free and target scores.
 
-    Use it for a new embedding model, whose cosines live on their own scale (the
-    seed's 0.45 belongs to Qwen3-Embedding-0.6B at 256 dims); ``policy.threshold``
-    is ignored.
+    Use it for a new embedding model, whose cosines live on their own scale (the default
+    0.45 belongs to Qwen3-Embedding-0.6B at 256 dims); ``policy.threshold`` is ignored.
     """
-    _check_labels(retrieved)
+    check_labels(retrieved)
     hit_free, scores = _score(retrieved, policy, key)
     above = [s for s in scores if s.final is not None and s.final > hit_free.final]
     unreachable = tuple(s for s in scores if s not in above)
@@ -393,234 +383,7 @@ def fit_threshold(
     return ThresholdFit(policy.weight, policy.tau_days, hit_free, lowest, threshold, unreachable)
 
 
-def raw_cosine_sd(*stores: Sequence[RetrievedCandidates]) -> float:
-    """The model's score spread: the sd of raw cosines over every (question, memory) pair.
-
-    Retrieve every memory for it (``similarity_top_k`` = the store's size). Given several
-    stores (e.g. one per language), each is measured from its own mean (pooled
-    within-store sd), so an offset between languages does not count as spread.
-    """
-    squares, count = 0.0, 0
-    for retrieved in stores:
-        scores = [n.score for item in retrieved for n in item.candidates if n.score is not None]
-        if scores:
-            mean = sum(scores) / len(scores)
-            squares += sum((score - mean) ** 2 for score in scores)
-            count += len(scores)
-    if count < 2 or squares <= 0:
-        raise InvalidInputError(
-            "the spread needs at least two different raw cosines; is the store empty?")
-    return math.sqrt(squares / count)
-
-
-def spread_grid(
-    sd: float, ks: Sequence[float] = SPREAD_KS, taus: Sequence[float] = SPREAD_TAUS
-) -> tuple[tuple[float, float], ...]:
-    """(weight, tau_days) candidates with ``weight = k * sd`` (rounded to 5 decimals)."""
-    if not (0 < sd < math.inf):
-        raise InvalidInputError(f"the raw-cosine sd must be finite and > 0, got {sd}")
-    return tuple((round(k * sd, 5), tau) for tau in taus for k in ks)
-
-
-@dataclass(frozen=True)
-class PolicyCandidate:
-    """One (weight, tau_days) with its own fitted threshold and what it does."""
-
-    fit: ThresholdFit
-    result: CandidateResult | None
-    """The conditions checked at the fitted threshold; ``None`` when no threshold separates."""
-    newer_first: tuple[str, ...]
-    """Contradiction questions whose target (the newer memory) ranks first after the bonus."""
-    contradictions: int
-    sd: float
-    crowded_out: tuple[str, ...] = ()
-    """Targets that reach the threshold but not the prompt: ``top_n`` newer memories beat them."""
-
-    @property
-    def weight(self) -> float:
-        return self.fit.weight
-
-    @property
-    def tau_days(self) -> float:
-        return self.fit.tau_days
-
-    @property
-    def threshold(self) -> float | None:
-        return self.fit.threshold
-
-    @property
-    def k(self) -> float:
-        """The weight in sd units."""
-        return self.weight / self.sd
-
-    @property
-    def passed(self) -> bool:
-        """Every target enters the prompt (reaches the fitted threshold, within ``top_n``),
-        no hit-free memory reaches the threshold, and both hold :data:`NOISE_MARGIN` clear."""
-        margin = self.fit.margin
-        return (self.result is not None and self.result.passed and not self.crowded_out
-                and margin is not None and margin >= NOISE_MARGIN)
-
-    @property
-    def headroom_sd(self) -> float | None:
-        """The fitted threshold's distance to the nearer side of its gap, in sd units."""
-        margin = self.fit.margin
-        return None if margin is None else margin / self.sd
-
-
-@dataclass(frozen=True)
-class PolicyFit:
-    """Every spread-scaled candidate, the spread they were scaled to, and the adopted one."""
-
-    sd: float
-    top_k: int
-    candidates: tuple[PolicyCandidate, ...]
-    adopted: PolicyCandidate | None
-    """See :func:`fit_policy` for the rule; ``None`` when no candidate passes."""
-
-    def policy(self, base: RecencyPolicy) -> RecencyPolicy:
-        """``base`` with the adopted weight, tau_days and threshold, in cosine units (the
-        candidates' scores are raw cosines); the threshold is every language's (explicit)."""
-        if self.adopted is None or self.adopted.threshold is None:
-            raise InvalidInputError(
-                "no candidate passes every condition; there is no policy to adopt")
-        adopted = self.adopted
-        return base.model_copy(update={"relevance": "cosine", "weight": adopted.weight,
-                                       "tau_days": adopted.tau_days,
-                                       "threshold": adopted.threshold,
-                                       "language_thresholds": {},
-                                       "threshold_origin": "explicit"})
-
-    def verdict(self, candidate: PolicyCandidate) -> str:
-        """``"adopted"``, ``"passes"``, ``"no threshold"``, ``"fails (b), (c)"``, ``"crowded
-        out: …"`` or ``"within noise"`` (passes by less than :data:`NOISE_MARGIN`)."""
-        if candidate.result is None:
-            return "no threshold"
-        if candidate.result.failed:
-            return "fails " + ", ".join(f"({letter})" for letter in candidate.result.failed)
-        if candidate.crowded_out:
-            return "crowded out: " + ", ".join(candidate.crowded_out)
-        if not candidate.passed:
-            return "within noise"
-        return "adopted" if candidate is self.adopted else "passes"
-
-    def summary(self) -> str:
-        """One sentence: the adopted policy, its headroom and recency effect, or none."""
-        if self.adopted is None:
-            return ("No candidate passes every condition at any fitted threshold; none adopted. "
-                    "Check the labels, or whether this model separates the targets at all.")
-        best = self.adopted
-        assert best.threshold is not None and best.headroom_sd is not None
-        return (
-            f"Adopted weight={best.weight:g} ({best.k:.1f} sd), tau_days={best.tau_days:g}, "
-            f"threshold={best.threshold:.4g}: the newer memory first on "
-            f"{len(best.newer_first)} of {best.contradictions} contradiction questions; "
-            f"headroom {best.headroom_sd:.2f} sd (raw-cosine sd {self.sd:.4f})."
-        )
-
-    def to_table(self) -> str:
-        """A Markdown table: one row per candidate."""
-        header = ["k (sd)", "weight", "tau (days)", "Threshold", "Hit-free max",
-                  "Lowest target", "Headroom (sd)", "Newer first", "Verdict"]
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        for c in self.candidates:
-            lowest = c.fit.lowest_target
-            cells = [
-                f"{c.k:.1f}", f"{c.weight:g}", f"{c.tau_days:g}",
-                "–" if c.threshold is None else f"{c.threshold:.4g}",
-                f"{c.fit.hit_free.final:.3f} ({c.fit.hit_free.question_id})",
-                "–" if lowest is None else f"{lowest.final:.3f} ({lowest.label})",
-                "–" if c.headroom_sd is None else f"{c.headroom_sd:.2f}",
-                f"{len(c.newer_first)}/{c.contradictions}",
-                self.verdict(c),
-            ]
-            lines.append("| " + " | ".join(cells) + " |")
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return f"{self.to_table()}\n\n{self.summary()}"
-
-
-def fit_policy(
-    retrieved: Sequence[RetrievedCandidates],
-    policy: RecencyPolicy,
-    sd: float,
-    grid: Sequence[tuple[float, float]] | None = None,
-    *,
-    key: str = DEFAULT_KEY,
-) -> PolicyFit:
-    """Fit threshold and (weight, tau_days) together, on the model's own scale.
-
-    Each candidate of ``grid`` (default :func:`spread_grid` of ``sd``, the raw-cosine sd
-    from :func:`raw_cosine_sd`) gets its threshold from :func:`fit_threshold` and is
-    checked with :func:`calibrate` at it; it passes when every condition does and no
-    target is crowded out of the prompt (``top_n``) by newer memories. The adopted
-    candidate is, among the passing ones: the one whose newer memory comes first on the most
-    contradiction questions (all of them when any candidate does: a bonus too small to
-    reorder anything keeps no recency effect), then the largest headroom in sd units,
-    then the smaller weight. ``policy`` supplies the reference date and date handling.
-    """
-    _check_labels(retrieved)
-    candidates = []
-    for weight, tau_days in spread_grid(sd) if grid is None else grid:
-        bonus = _with_bonus(policy, weight, tau_days)
-        fit = fit_threshold(retrieved, bonus, key=key)
-        result: CandidateResult | None = None
-        crowded_out: tuple[str, ...] = ()
-        if fit.threshold is not None:
-            fitted = bonus.model_copy(update={"threshold": fit.threshold})
-            result = calibrate(retrieved, fitted, [(weight, tau_days)], key=key).results[0]
-            crowded_out = _crowded_out(retrieved, fitted, key)
-        newer_first, contradictions = _newer_first(retrieved, bonus, key)
-        candidates.append(
-            PolicyCandidate(fit, result, newer_first, contradictions, sd, crowded_out)
-        )
-    passing = [c for c in candidates if c.passed]
-    adopted = max(
-        passing, key=lambda c: (len(c.newer_first), c.headroom_sd or 0.0, -c.weight), default=None
-    )
-    top_k = max((len(item.candidates) for item in retrieved), default=0)
-    return PolicyFit(sd, top_k, tuple(candidates), adopted)
-
-
-def _crowded_out(
-    retrieved: Sequence[RetrievedCandidates], policy: RecencyPolicy, key: str
-) -> tuple[str, ...]:
-    """``"H1 favorite_food"`` for each target at or over the threshold but not kept (top_n)."""
-    reference = policy.reference()
-    crowded = []
-    for item in retrieved:
-        if is_vague(item.question):
-            continue  # checked by vague_listed
-        keys = {n.node.node_id: n.node.metadata.get(key, n.node.node_id) for n in item.candidates}
-        ranking = policy.rank(item.candidates, reference)
-        kept = {keys[node.node.node_id] for node in ranking.nodes}
-        reached = {keys[row.node_id] for row in ranking.rows if row.final >= policy.threshold
-                   and row.reason != DROPPED_NO_DATE}
-        crowded += [f"{item.question.id} {target}" for target in item.question.targets
-                    if target in reached and target not in kept]
-    return tuple(crowded)
-
-
-def _newer_first(
-    retrieved: Sequence[RetrievedCandidates], policy: RecencyPolicy, key: str
-) -> tuple[tuple[str, ...], int]:
-    """The contradiction questions whose best post-bonus memory is a target, and how many."""
-    reference = policy.reference()
-    first, count = [], 0
-    for item in retrieved:
-        if item.question.kind != "contradiction":
-            continue
-        count += 1
-        keys = {n.node.node_id: n.node.metadata.get(key, n.node.node_id) for n in item.candidates}
-        rows = [row for row in policy.rank(item.candidates, reference).rows
-                if row.reason != DROPPED_NO_DATE]
-        if rows and keys[max(rows, key=lambda row: row.final).node_id] in item.question.targets:
-            first.append(item.question.id)
-    return tuple(first), count
-
-
-def _with_bonus(policy: RecencyPolicy, weight: float, tau_days: float) -> RecencyPolicy:
+def with_bonus(policy: RecencyPolicy, weight: float, tau_days: float) -> RecencyPolicy:
     if not (0 <= weight < math.inf and 0 < tau_days < math.inf):
         raise InvalidInputError(
             f"a candidate needs finite weight >= 0 and tau_days > 0, got ({weight}, {tau_days})"
@@ -651,11 +414,11 @@ def _score(
                 if hit_free is None or final > hit_free.final:
                     hit_free = HitFreeMax(final, item.question.id, memory)
         scores += [TargetScore(item.question.id, t, finals.get(t)) for t in item.question.targets]
-    assert hit_free is not None  # _check_labels: a hit-free question with candidates exists
+    assert hit_free is not None  # check_labels: a hit-free question with candidates exists
     return hit_free, tuple(scores)
 
 
-def _check_labels(retrieved: Sequence[RetrievedCandidates]) -> None:
+def check_labels(retrieved: Sequence[RetrievedCandidates]) -> None:
     if not any(item.question.targets for item in retrieved):
         raise InvalidInputError("calibration needs at least one question with target memories")
     if not any(not item.question.targets and item.candidates for item in retrieved):

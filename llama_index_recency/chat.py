@@ -24,7 +24,7 @@ from llama_index.core.settings import Settings
 from llama_index.core.types import RESPONSE_TEXT_TYPE
 
 from llama_index_recency.errors import InvalidInputError
-from llama_index_recency.memory import calendar_day
+from llama_index_recency.records import calendar_day
 from llama_index_recency.prompts import (
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
     RETRIEVED_MEMORY_PROMPT,

@@ -1,7 +1,7 @@
 """API-first embedding: an OpenAI-compatible ``/v1/embeddings`` endpoint, local model as fallback.
 
-The seed's device embeds through a hosted API and falls back to the same model on the
-local CPU when the API is down. Both sides must produce the same vectors: mixing two
+A device embeds through a hosted API and falls back to the same model on the local CPU
+when the API is down. Both sides must produce the same vectors: mixing two
 embedding spaces in one collection silently corrupts retrieval, so the first answer
 from the API is compared with the local model's and a disagreement is an error.
 
@@ -24,7 +24,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
 from llama_index_recency.errors import MissingExtraError, RecencyError
-from llama_index_recency.memory import MAX_FACT_CHARS
+from llama_index_recency.records import MAX_FACT_CHARS
 
 if TYPE_CHECKING:  # importing it pulls in torch; the caller has already loaded one
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding

@@ -11,30 +11,25 @@ no valid memory came of it: asking again gets the same) are both :class:`MemoryW
 :class:`PartialWriteError` says how much of a store write was done (rerunning it stores
 the rest).
 
-The errors of the store, the embedding models and the ranking are defined beside the code
-that raises them and import from here too (``from llama_index_recency.errors import
-MemoryStoreLockedError`` loads the store module on first use).
+The errors of opening a store, of the embedding models and of the ranking are defined beside
+the code that raises them and import from here too (``from llama_index_recency.errors import
+MemoryStoreNotFoundError`` loads the store module on first use).
 """
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 _DEFINED_IN = {
     "EmbeddingAPIError": "embeddings",
     "EmbeddingMismatchError": "embeddings",
     "MemoryDateError": "scoring",
     "MemoryNotFoundError": "store",
-    "MemoryStoreDamagedError": "edge",
-    "MemoryStoreFullError": "edge",
-    "MemoryStoreLockedError": "edge",
-    "MemoryStoreNotFoundError": "store",
-    "MemoryStoreReadOnlyError": "edge",
-    "MemoryStoreUnreachableError": "store",
 }
 """The errors defined beside the code raising them (which imports this module), by module."""
 
@@ -42,7 +37,13 @@ __all__ = [
     "FinalWriteError",
     "InvalidInputError",
     "MemoryStoreClosedError",
+    "MemoryStoreDamagedError",
+    "MemoryStoreFullError",
+    "MemoryStoreLockedError",
+    "MemoryStoreNotFoundError",
     "MemoryStorePathError",
+    "MemoryStoreReadOnlyError",
+    "MemoryStoreUnreachableError",
     "MigrationIncompleteError",
     "MissingExtraError",
     "PermissionDeniedError",
@@ -88,6 +89,50 @@ class PermissionDeniedError(RecencyError, PermissionError):
 
 class MemoryStoreClosedError(RecencyError, RuntimeError):
     """A store used after its ``close``."""
+
+
+class MemoryStoreLockedError(RecencyError, RuntimeError):
+    """The embedded store at a path is already open in another process or handle."""
+
+
+class _StoreDiskError(RecencyError, OSError):
+    """The disk holding an embedded store refuses what comes next: an ``OSError`` with the
+    class's :attr:`code` as its errno, shown as its message alone."""
+
+    code: ClassVar[int]
+
+    def __init__(self, message: str) -> None:
+        super().__init__(self.code, message)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+class MemoryStoreReadOnlyError(_StoreDiskError):
+    """The embedded store is on a read-only filesystem (errno EROFS). Qdrant Edge loads a
+    shard for writing even to read it (qdrant-edge-py has no read-only load), so the store
+    is read from a temporary copy: raised by a write, or when no copy can be made."""
+
+    code = errno.EROFS
+
+
+class MemoryStoreDamagedError(RecencyError, RuntimeError):
+    """Edge cannot load the shard: a file of it is missing, truncated or not what it wrote."""
+
+
+class MemoryStoreFullError(_StoreDiskError):
+    """The disk holding an embedded store has too little free space for what comes next
+    (errno ENOSPC); nothing of that was written."""
+
+    code = errno.ENOSPC
+
+
+class MemoryStoreNotFoundError(RecencyError, FileNotFoundError):
+    """A command that only reads was pointed at a path that holds no memory store."""
+
+
+class MemoryStoreUnreachableError(RecencyError, ConnectionError):
+    """The Qdrant server at a url did not answer (nothing listening, no route, a timeout)."""
 
 
 class MigrationIncompleteError(RecencyError, RuntimeError):

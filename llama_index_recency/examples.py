@@ -1,4 +1,4 @@
-"""The seed's bundled example: 16 dated memories about Taro and 10 labelled questions.
+"""The bundled example: 16 dated memories about Taro and 10 labelled questions.
 
 In English and in Japanese (``lang="ja"``): the same keys, dates and labels. Facts say
 "The user" / 「ユーザー」, which ``user_name`` (default Taro / 太郎) replaces.
@@ -15,7 +15,7 @@ from typing import Any, Literal, Optional
 from llama_index.core.schema import TextNode
 
 from llama_index_recency.errors import InvalidInputError
-from llama_index_recency.memory import memory_node
+from llama_index_recency.records import memory_node
 
 QuestionKind = Literal["hit", "contradiction", "hit_free"]
 
@@ -38,7 +38,7 @@ def _load(name: str) -> dict[str, Any]:
 
 
 EXAMPLE_REFERENCE_DATE = date.fromisoformat(_load("memories.json")["reference_date"])
-"""'Today' in the seed's measurements (2026-09-10)."""
+"""'Today' for the bundled example: the day its scores and tables are measured on (2026-09-10)."""
 
 
 def _file(stem: str, lang: str) -> str:
@@ -60,7 +60,7 @@ def example_memories(user_name: Optional[str] = None, lang: str = "en") -> list[
 
 
 def example_questions(lang: str = "en") -> list[ExampleQuestion]:
-    """H1-H4 (hit), C1-C2 (contradiction) and N1-N4 (hit-free) in ``lang``, in the seed's order."""
+    """H1-H4 (hit), C1-C2 (contradiction) and N1-N4 (hit-free) in ``lang``, in that order."""
     return [
         ExampleQuestion(q["id"], q["kind"], q["text"], tuple(q["targets"]))
         for q in _load(_file("questions", lang))["questions"]

@@ -38,7 +38,7 @@ from llama_index.core.vector_stores.types import (
 from qdrant_client import models
 
 from llama_index_recency.errors import InvalidInputError
-from llama_index_recency.memory import USER_ID_KEY
+from llama_index_recency.records import USER_ID_KEY
 from llama_index_recency.dates import parse_memory_date
 
 __all__ = ["memory_scope", "to_edge_filter", "to_qdrant_filter"]

@@ -1,8 +1,8 @@
 """The relevance gate on the live store: fitted without labels, refitted as memories accumulate.
 
-The seed fitted its threshold on 16 memories and said the pass must be rerun as the
-device accumulates memories, checking the hit-free headroom each time. Here that pass
-needs no labelled questions: a shipped bank of off-topic questions (English and
+A threshold fitted on a few memories must be fitted again as the store accumulates
+memories, checking the hit-free headroom each time. Here that fit needs no labelled
+questions: a shipped bank of off-topic questions (English and
 Japanese: general knowledge and small talk no personal memory answers) is asked of the
 store itself, and each language's threshold is the lowest at which at most
 ``max_bring_up`` of its questions bring any memory into the prompt. The more memories a

@@ -23,7 +23,7 @@ from llama_index.core.schema import BaseNode, NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_recency.errors import InvalidInputError
-from llama_index_recency.memory import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY, is_memory_id
+from llama_index_recency.records import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY, is_memory_id
 from llama_index_recency.dates import parse_memory_date
 from llama_index_recency.scoring import RankedMemory, RecencyPolicy, RecencyRanking
 from llama_index_recency.filters import memory_scope

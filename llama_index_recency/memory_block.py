@@ -83,7 +83,7 @@ class RecencyMemoryBlock(BaseMemoryBlock[str]):
     policy: Optional[RecencyPolicy] = Field(
         default=None,
         description="Recency parameters (a RecencyBonusPostprocessor is one); None: the store's "
-        "own (index_policy: calibrated and saved with it, else its model's, else the seed's).",
+        "own (index_policy: calibrated and saved with it, else its model's, else the defaults).",
     )
     user_id: Optional[str] = Field(
         default=None, description="Whose memories: every read and write is scoped to it; None = unscoped."

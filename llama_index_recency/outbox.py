@@ -24,7 +24,7 @@ from llama_index.core.schema import BaseNode, TextNode
 
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.edge import QdrantEdgeVectorStore
-from llama_index_recency.memory import Turn
+from llama_index_recency.records import Turn
 from llama_index_recency.store import EDGE_DIRECTORY, MemoryStore, vector_store_of
 
 logger = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from llama_index_recency.chat import RecencyChatEngine
 from llama_index_recency.filters import memory_scope
 from llama_index_recency.gate import MAX_BRING_UP, MIN_FIT_MEMORIES, GateFit, calibrate_gate, refit_gate
 from llama_index_recency.links import memory_history
-from llama_index_recency.memory import memory_node
+from llama_index_recency.records import memory_node
 from llama_index_recency.memory_block import RecencyMemoryBlock
 from llama_index_recency.models import offline_embedding
 from llama_index_recency.retriever import QdrantRecencyRetriever

@@ -39,7 +39,7 @@ from llama_index_recency.edge import QdrantEdgeVectorStore
 from llama_index_recency.events import dispatch_ranking
 from llama_index_recency.filters import memory_scope, to_qdrant_filter
 from llama_index_recency.links import with_successors
-from llama_index_recency.memory import SUPERSEDES_KEY, USER_ID_KEY, SeveralUsersWarning
+from llama_index_recency.records import SUPERSEDES_KEY, USER_ID_KEY, SeveralUsersWarning
 from llama_index_recency.gate_fit import (
     BANK_LANGUAGES,
     MIN_FIT_MEMORIES,

@@ -16,23 +16,16 @@ and mixing them would silently corrupt retrieval.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
-import re
 import shutil
 import tempfile
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import date
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
-import httpx
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode
@@ -42,53 +35,59 @@ from llama_index.core.vector_stores.types import (
 )
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import AsyncQdrantClient, QdrantClient, models
-from qdrant_client.http.exceptions import ResponseHandlingException
 
-from llama_index_recency.edge import (
-    MemoryStoreDamagedError,
-    MemoryStoreFullError,
-    MemoryStoreLockedError,
-    MemoryStoreReadOnlyError,
-    QdrantEdgeVectorStore,
-)
+from llama_index_recency.dates import parse_memory_date
+from llama_index_recency.edge import QdrantEdgeVectorStore
 from llama_index_recency.embeddings import EmbeddingMismatchError
 from llama_index_recency.errors import (
     InvalidInputError,
+    MemoryStoreDamagedError,
+    MemoryStoreFullError,
+    MemoryStoreLockedError,
+    MemoryStoreNotFoundError,
     MemoryStorePathError,
-    MigrationIncompleteError,
-    PermissionDeniedError,
+    MemoryStoreReadOnlyError,
+    MemoryStoreUnreachableError,
     RecencyError,
-    UnsupportedStoreError,
 )
-from llama_index_recency.gate_fit import fitted_origin
 from llama_index_recency.filters import has_condition, memory_scope, to_qdrant_filter
-from llama_index_recency.memory import is_memory_id
-from llama_index_recency.models import CALIBRATED_POLICIES
-from llama_index_recency.dates import parse_memory_date
-from llama_index_recency.scoring import RecencyPolicy
+from llama_index_recency.migration import Migration, migrate_store
+from llama_index_recency.records import is_memory_id
+from llama_index_recency.store_access import (
+    DEFAULT_COLLECTION,
+    EDGE_DIRECTORY,
+    MemoryStore,
+    MemoryVectorStore,
+    check_collection_name,
+    collection_calls,
+    edge_shard_path,
+    is_local_mode_store,
+    locked_error,
+    open_edge,
+    qdrant_clients,
+    reaching,
+    vector_store_of,
+)
+from llama_index_recency.store_metadata import (
+    EMBEDDING_METADATA_KEY,
+    GATE_METADATA_KEY,
+    GATE_REFUSED_METADATA_KEY,
+    POLICY_METADATA_KEY,
+    embedding_identity,
+    embedding_mismatch,
+    gate_record,
+    gate_refusal,
+    has_saved_policy,
+    index_policy,
+    save_gate_fit,
+    save_gate_refusal,
+    save_policy,
+)
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_COLLECTION = "memories"
-
-EMBEDDING_METADATA_KEY = "llama_index_recency.embedding"
-"""Collection-metadata key holding ``{"model": name, "dimensions": n}``."""
-
-POLICY_METADATA_KEY = "llama_index_recency.policy"
-"""Collection-metadata key holding the calibrated policy: weight, tau_days, threshold, top_n."""
-
-GATE_METADATA_KEY = "llama_index_recency.gate"
-"""Collection-metadata key holding the store's own gate fit: relevance units, thresholds per
-language, the memories it was fitted on and the day (``save_gate_fit``)."""
-GATE_REFUSED_METADATA_KEY = "llama_index_recency.gate_refused"
-"""Collection-metadata key: relevance units and store size of the last refused gate fit."""
-
-EDGE_DIRECTORY = "edge"
-"""Subdirectory of a store path holding one Edge shard per collection."""
-
-_LOCAL_MODE_MARKER = "meta.json"  # what qdrant-client's local mode keeps at a store's root
 _DIMENSION_PROBE = "dimension probe"
-_COPY_BATCH = 256
+_SCROLL_BATCH = 256  # points one scroll call reads
 
 __all__ = [
     "DEFAULT_COLLECTION",
@@ -116,15 +115,19 @@ __all__ = [
     "open_memory_store",
     "save_gate_fit",
     "save_policy",
+    # the storage modules' names the package reads through this one
+    "EDGE_DIRECTORY",
+    "GATE_REFUSED_METADATA_KEY",
+    "MemoryStore",
+    "MemoryVectorStore",
+    "edge_shard_path",
+    "embedding_identity",
+    "gate_record",
+    "gate_refusal",
+    "is_local_mode_store",
+    "save_gate_refusal",
+    "vector_store_of",
 ]
-
-
-class MemoryStoreNotFoundError(RecencyError, FileNotFoundError):
-    """A command that only reads was pointed at a path that holds no memory store."""
-
-
-class MemoryStoreUnreachableError(RecencyError, ConnectionError):
-    """The Qdrant server at a url did not answer (nothing listening, no route, a timeout)."""
 
 
 def open_memory_index(
@@ -170,8 +173,8 @@ def open_memory_index(
         )
     if client is None and aclient is None:
         client, aclient = qdrant_clients(path=path, url=url, api_key=api_key, use_async=use_async)
-    with _reaching(url):
-        _check_embedding(_collection_calls(client, aclient), collection_name, identity)
+    with reaching(url):
+        _check_embedding(collection_calls(client, aclient), collection_name, identity)
     vector_store = QdrantVectorStore(
         collection_name=collection_name, client=client, aclient=aclient
     )
@@ -195,7 +198,7 @@ def open_memory_store(
     if url is not None:
         client, aclient = qdrant_clients(url=url, api_key=api_key)
         assert client is not None
-        with _reaching(url):
+        with reaching(url):
             exists = client.collection_exists(collection_name)
         if not exists:
             raise MemoryStoreNotFoundError(f"no collection {collection_name!r} at {url}")
@@ -206,28 +209,7 @@ def open_memory_store(
     if is_local_mode_store(path):
         client, _ = qdrant_clients(path=path)
         return QdrantVectorStore(collection_name=collection_name, client=client)
-    return _open_edge(Path(path), collection_name)
-
-
-def is_local_mode_store(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` holds a store written by 0.1.0 (qdrant-client's local mode)."""
-    return (Path(path) / _LOCAL_MODE_MARKER).is_file()
-
-
-def edge_shard_path(path: str | os.PathLike[str], collection_name: str = DEFAULT_COLLECTION) -> Path:
-    """Where the Edge shard of ``collection_name`` lives in the store at ``path``."""
-    return Path(path) / EDGE_DIRECTORY / check_collection_name(collection_name)
-
-
-def check_collection_name(name: str) -> str:
-    """``name`` if it is a plain collection name: not empty, not ``.`` or ``..``, without a
-    path separator or NUL (it names a directory under the store, and a server collection).
-    Otherwise ``ValueError`` naming it."""
-    if name in ("", ".", "..") or any(bad in name for bad in ("/", "\\", "\0")):
-        raise InvalidInputError(
-            f"collection name {name!r} is not a plain name: give a non-empty name "
-            "without '/', '\\', NUL, and not '.' or '..'")
-    return name
+    return open_edge(Path(path), collection_name)
 
 
 def _edge_store(
@@ -239,9 +221,9 @@ def _edge_store(
         path = tempfile.mkdtemp(prefix="llama-index-recency-")
     elif Path(path).is_file():
         raise MemoryStorePathError(f"the memory store path {path} is a file, not a directory")
-    store = _open_edge(Path(path), collection_name)
+    store = open_edge(Path(path), collection_name)
     if store.dimensions is None:  # a new shard: create it now, so opening holds the lock
-        store = _open_edge(Path(path), collection_name, dimensions=identity["dimensions"])
+        store = open_edge(Path(path), collection_name, dimensions=identity["dimensions"])
     if temporary:
         weakref.finalize(store, shutil.rmtree, path, ignore_errors=True)
     recorded = store.metadata.get(EMBEDDING_METADATA_KEY)
@@ -250,25 +232,9 @@ def _edge_store(
             store.update_metadata({EMBEDDING_METADATA_KEY: identity})
     elif recorded != identity:
         store.close()
-        raise _mismatch(collection_name, recorded or {"model": "an unrecorded model",
+        raise embedding_mismatch(collection_name, recorded or {"model": "an unrecorded model",
                                                       "dimensions": store.dimensions}, identity)
     return store
-
-
-def _open_edge(
-    root: Path, collection_name: str, dimensions: Optional[int] = None
-) -> QdrantEdgeVectorStore:
-    """The collection's Edge shard in the store at ``root``; a held one names the store."""
-    try:
-        return QdrantEdgeVectorStore(edge_shard_path(root, collection_name), dimensions=dimensions)
-    except MemoryStoreLockedError:
-        raise _locked(root) from None
-    except PermissionError:
-        raise
-    except Exception as error:  # Edge reports OS errors as a plain Exception with the text
-        if "Permission denied" in str(error):
-            raise PermissionDeniedError(errno.EACCES, "Permission denied", str(root)) from None
-        raise
 
 
 def check_memory_store(
@@ -300,7 +266,7 @@ def check_memory_store(
                 "or add a memory first"
             )
         return
-    store = _open_edge(root, collection_name)  # raises MemoryStoreLockedError when held
+    store = open_edge(root, collection_name)  # raises MemoryStoreLockedError when held
     store.close()
     if writes:
         store.require_writable()
@@ -315,25 +281,7 @@ def _check_local_mode_lock(root: Path) -> None:
                              | portalocker.LockFlags.NON_BLOCKING)
             portalocker.unlock(lock_file)
     except portalocker.exceptions.LockException:
-        raise _locked(root) from None
-
-
-MemoryStore = Union[VectorStoreIndex, BasePydanticVectorStore]
-"""A memory index (open_memory_index) or its vector store (open_memory_store)."""
-
-MemoryVectorStore = Union[QdrantEdgeVectorStore, QdrantVectorStore]
-"""The vector stores memories live in: Qdrant Edge, or Qdrant through qdrant-client."""
-
-
-def vector_store_of(memories: MemoryStore) -> MemoryVectorStore:
-    """The vector store of an index, or the store itself; one of another kind is refused."""
-    store = memories.vector_store if isinstance(memories, VectorStoreIndex) else memories
-    if not isinstance(store, (QdrantEdgeVectorStore, QdrantVectorStore)):
-        raise UnsupportedStoreError(
-            f"memories live in Qdrant Edge or Qdrant (QdrantEdgeVectorStore, QdrantVectorStore; "
-            f"see open_memory_index), not in a {type(store).__name__}"
-        )
-    return store
+        raise locked_error(root) from None
 
 
 def count_memories(index: MemoryStore) -> int:
@@ -417,7 +365,7 @@ def select_nodes(
     while True:  # QdrantVectorStore.get_nodes stops at 9,999 and ORs ids with filters
         records, offset = store.client.scroll(
             store.collection_name, scroll_filter=qdrant_selection(ids, filters),
-            limit=_COPY_BATCH, offset=offset, with_payload=True, with_vectors=True,
+            limit=_SCROLL_BATCH, offset=offset, with_payload=True, with_vectors=True,
         )
         nodes.extend(store.parse_to_query_result(records).nodes or ())
         if offset is None:
@@ -465,200 +413,6 @@ def close_memory_index(index: MemoryStore) -> None:
         store.client.close()
 
 
-def save_policy(index: MemoryStore, policy: RecencyPolicy) -> None:
-    """Record ``policy`` (relevance units, weight, tau_days, thresholds, top_n) with the
-    collection: an explicit policy, which wins over the store's own gate fit."""
-    _update_metadata(index, {POLICY_METADATA_KEY: {
-        "relevance": policy.relevance, "weight": policy.weight, "tau_days": policy.tau_days,
-        "threshold": policy.threshold, "top_n": policy.top_n,
-        "language_thresholds": dict(policy.language_thresholds),
-    }})
-
-
-def save_gate_fit(index: MemoryStore, relevance: str, thresholds: dict[str, float],
-                  memories: int, fitted_on: date) -> None:
-    """Record the store's own gate fit: per-language ``thresholds`` in ``relevance`` units,
-    fitted on ``memories`` memories on ``fitted_on`` (read by :func:`index_policy`)."""
-    _update_metadata(index, {GATE_METADATA_KEY: {
-        "relevance": relevance, "thresholds": dict(thresholds), "memories": memories,
-        "fitted_on": fitted_on.isoformat(),
-    }})
-
-
-def save_gate_refusal(index: MemoryStore, relevance: str, memories: int) -> None:
-    """Record that a fit on ``memories`` memories was refused, so the store is not fitted
-    again before it grows as much as after a fit (:func:`gate_record` keeps the last fit)."""
-    _update_metadata(index, {GATE_REFUSED_METADATA_KEY: {
-        "relevance": relevance, "memories": memories}})
-
-
-def gate_refusal(index: MemoryStore) -> Optional[dict[str, Any]]:
-    """The store's last refused gate fit (:func:`save_gate_refusal`), if any."""
-    record = _collection_metadata(vector_store_of(index)).get(GATE_REFUSED_METADATA_KEY)
-    return dict(record) if isinstance(record, dict) else None
-
-
-def gate_record(index: MemoryStore) -> Optional[dict[str, Any]]:
-    """The store's own gate fit (:func:`save_gate_fit`), if any."""
-    record = _collection_metadata(vector_store_of(index)).get(GATE_METADATA_KEY)
-    return dict(record) if isinstance(record, dict) else None
-
-
-def _update_metadata(index: MemoryStore, record: dict[str, Any]) -> None:
-    store = vector_store_of(index)
-    if isinstance(store, QdrantEdgeVectorStore):
-        store.update_metadata(record)
-        return
-    call = _collection_calls(store.client, store._aclient)
-    metadata = dict(call("get_collection", store.collection_name).config.metadata or {})
-    call("update_collection", store.collection_name, metadata={**metadata, **record})
-
-
-def embedding_identity(index: MemoryStore) -> Optional[dict[str, Any]]:
-    """The embedding model (name and dimensions) the store records, if any."""
-    identity = _collection_metadata(vector_store_of(index)).get(EMBEDDING_METADATA_KEY)
-    return dict(identity) if isinstance(identity, dict) else None
-
-
-def has_saved_policy(index: MemoryStore) -> bool:
-    """Whether a policy was calibrated and saved with this store (``save_policy``)."""
-    return POLICY_METADATA_KEY in _collection_metadata(vector_store_of(index))
-
-
-def index_policy(index: MemoryStore, **overrides: Any) -> RecencyPolicy:
-    """The policy to rank this store with: the one calibrated and saved with it
-    (:func:`save_policy`, origin "explicit"), else the shipped one for its embedding model
-    (``models.CALIBRATED_POLICIES``; else the seed's) with the store's own gate fit in the
-    same units (:func:`save_gate_fit`, origin "fitted on N memories on DATE") or as shipped.
-
-    ``overrides`` (e.g. ``reference_date=...``) are applied on top; a ``threshold`` among
-    them is the one for every language (origin "explicit").
-    """
-    metadata = _collection_metadata(vector_store_of(index))
-    model = (metadata.get(EMBEDDING_METADATA_KEY) or {}).get("model")
-    shipped = CALIBRATED_POLICIES.get(model or "", {})
-    saved = metadata.get(POLICY_METADATA_KEY)
-    gate = metadata.get(GATE_METADATA_KEY)
-    if saved is not None:
-        # A saved calibration fits the gate and the bonus; the intent and version rules
-        # the model ships with (in the same units) still apply.
-        same_units = saved.get("relevance", "cosine") == shipped.get("relevance", "cosine")
-        values = {**(shipped if same_units else {}), "language_thresholds": {}, **saved,
-                  "threshold_origin": "explicit"}
-    elif isinstance(gate, dict) and gate.get("relevance") == shipped.get("relevance", "cosine"):
-        thresholds = dict(gate["thresholds"])
-        values = {**shipped, "threshold": max(thresholds.values()),
-                  "language_thresholds": thresholds,
-                  "threshold_origin": fitted_origin(gate["memories"],
-                                                    date.fromisoformat(gate["fitted_on"]))}
-    else:
-        values = {**shipped, "threshold_origin": "shipped"}
-    if "threshold" in overrides:  # a threshold given is the one for every language
-        values = {**values, "language_thresholds": {}, "threshold_origin": "explicit"}
-    return RecencyPolicy(**{**values, **overrides})
-
-
-def _collection_metadata(store: MemoryVectorStore) -> dict[str, Any]:
-    if isinstance(store, QdrantEdgeVectorStore):
-        return store.metadata
-    call = _collection_calls(store.client, store._aclient)  # an async-only store too
-    if not call("collection_exists", store.collection_name):
-        return {}
-    return dict(call("get_collection", store.collection_name).config.metadata or {})
-
-
-@dataclass(frozen=True)
-class Migration:
-    """What :func:`migrate_store` did: memories in the source, copied, and now in the target."""
-
-    source_count: int
-    copied: int
-    target_count: int
-    target: Path
-
-
-def migrate_store(
-    source: str | os.PathLike[str],
-    target: str | os.PathLike[str],
-    *,
-    collection_name: str = DEFAULT_COLLECTION,
-    progress: Optional[Callable[[int], None]] = None,
-) -> Migration:
-    """Copy a 0.1.0 store (qdrant-client local mode) into a Qdrant Edge store at ``target``.
-
-    Every memory keeps its id, vector and payload, and the collection its embedding
-    identity; no embedding model is needed. ``source`` is only read. The identity is
-    recorded before any point is copied, so an interrupted copy is never adopted by
-    another model; rerunning finishes it (same ids overwrite themselves). The counts are
-    verified; a shortfall is an error. ``progress`` is called with the number of
-    memories copied per batch.
-    """
-    check_collection_name(collection_name)
-    if not is_local_mode_store(source):
-        raise MemoryStoreNotFoundError(
-            f"{source} is not a llama-index-recency 0.1.0 store (no {_LOCAL_MODE_MARKER}); "
-            "migrate copies those into Qdrant Edge"
-        )
-    if is_local_mode_store(target):
-        raise InvalidInputError(
-            f"the target {target} is itself a 0.1.0 store; give a new directory")
-    client, _ = qdrant_clients(path=os.fspath(source))
-    assert client is not None
-    try:
-        if not client.collection_exists(collection_name):
-            raise MemoryStoreNotFoundError(f"{source} has no collection {collection_name!r}")
-        config = client.get_collection(collection_name).config
-        vectors = config.params.vectors
-        size = vectors.size if isinstance(vectors, models.VectorParams) else None
-        identity = (config.metadata or {}).get(EMBEDDING_METADATA_KEY)
-        source_count = client.count(collection_name, exact=True).count
-        edge = _open_edge(Path(target), collection_name, dimensions=size)
-        try:
-            recorded = edge.metadata.get(EMBEDDING_METADATA_KEY)
-            if identity is not None and recorded is not None and recorded != identity:
-                raise _mismatch(collection_name, recorded, identity)
-            if identity is not None:
-                edge.update_metadata({EMBEDDING_METADATA_KEY: identity})
-            copied = 0
-            for batch in _local_points(client, collection_name):
-                edge.upsert_points(batch)
-                copied += len(batch)
-                if progress is not None:
-                    progress(len(batch))
-            edge.flush()
-            target_count = edge.count()
-        finally:
-            edge.close()
-    finally:
-        client.close()
-    if copied != source_count or target_count < source_count:
-        raise MigrationIncompleteError(
-            f"migrating {source} copied {copied} of {source_count} memories and the target "
-            f"holds {target_count}; the source is untouched, rerun to complete"
-        )
-    return Migration(source_count, copied, target_count, Path(target))
-
-
-def _local_points(
-    client: QdrantClient, collection_name: str
-) -> Any:
-    """Batches of ``(id, vector, payload)`` from a local-mode collection, in id order."""
-    offset = None
-    while True:
-        records, offset = client.scroll(collection_name, limit=_COPY_BATCH, offset=offset,
-                                        with_payload=True, with_vectors=True)
-        batch = []
-        for record in records:
-            vector: Any = record.vector
-            if isinstance(vector, dict):  # a named dense vector: the only one there is
-                (vector,) = vector.values()
-            batch.append((str(record.id), list(vector), dict(record.payload or {})))
-        if batch:
-            yield batch
-        if offset is None:
-            return
-
-
 def _check_embedding(
     call: Callable[..., Any], collection_name: str, identity: dict[str, Any]
 ) -> None:
@@ -692,82 +446,6 @@ def _check_embedding(
         call("update_collection", collection_name,
              metadata={EMBEDDING_METADATA_KEY: identity})
     elif recorded != identity:
-        raise _mismatch(collection_name, recorded, identity)
+        raise embedding_mismatch(collection_name, recorded, identity)
 
 
-def _mismatch(
-    collection_name: str, recorded: dict[str, Any], identity: dict[str, Any]
-) -> EmbeddingMismatchError:
-    return EmbeddingMismatchError(
-        f"collection {collection_name!r} was written with {recorded['model']!r} "
-        f"({recorded['dimensions']} dims); refusing to use it with "
-        f"{identity['model']!r} ({identity['dimensions']} dims): vectors of different "
-        "models are not comparable. Use the same model, or another collection."
-    )
-
-
-def _collection_calls(
-    client: Optional[QdrantClient], aclient: Optional[AsyncQdrantClient]
-) -> Callable[..., Any]:
-    """``call(method, *args)`` on the sync client, or on the async one run to completion."""
-    if client is not None:
-        return lambda method, *args, **kwargs: getattr(client, method)(*args, **kwargs)
-
-    def call_async(method: str, *args: Any, **kwargs: Any) -> Any:
-        # A worker thread has no running loop, so this works inside async code too.
-        with ThreadPoolExecutor(max_workers=1) as worker:
-            coroutine = getattr(aclient, method)(*args, **kwargs)
-            return worker.submit(asyncio.run, coroutine).result()
-
-    return call_async
-
-
-def qdrant_clients(
-    *,
-    path: Optional[str | os.PathLike[str]] = None,
-    url: Optional[str] = None,
-    api_key: Optional[str] = None,
-    use_async: bool = False,
-) -> tuple[Optional[QdrantClient], Optional[AsyncQdrantClient]]:
-    """Sync and/or async qdrant-client clients for a server ``url``, a local-mode ``path`` or memory.
-
-    A local path already held by another client raises :class:`MemoryStoreLockedError`.
-    """
-    if url is not None:
-        if path is not None:
-            raise InvalidInputError("give either a Qdrant server url or a local path, not both")
-        return QdrantClient(url=url, api_key=api_key), AsyncQdrantClient(url=url, api_key=api_key)
-    location: dict[str, Any] = (
-        {"path": os.fspath(path)} if path is not None else {"location": ":memory:"}
-    )
-    try:
-        if use_async:
-            return None, AsyncQdrantClient(**location)
-        return QdrantClient(**location), None
-    except RuntimeError as error:
-        if "already accessed by another instance" not in str(error):
-            raise
-        raise _locked(Path(path or "")) from None
-
-
-@contextmanager
-def _reaching(url: Optional[str]) -> Iterator[None]:
-    """Calls to the server at ``url``: one that does not answer raises
-    :class:`MemoryStoreUnreachableError` naming it (qdrant-client wraps the network error)."""
-    try:
-        yield
-    except ResponseHandlingException as error:
-        if url is None or not isinstance(error.source, httpx.TransportError):
-            raise
-        reason = re.sub(r"^\[Errno -?\d+\] ", "", str(error.source)) or type(error.source).__name__
-        raise MemoryStoreUnreachableError(
-            f"cannot reach the Qdrant server at {url}: {reason[0].lower()}{reason[1:]}"
-        ) from error
-
-
-def _locked(path: Path) -> MemoryStoreLockedError:
-    return MemoryStoreLockedError(
-        f"the memory store at {path} is already open in another process (or by another "
-        "client in this one); an embedded store allows one at a time. Close the other "
-        "one, or run a Qdrant server and pass url= (--url) to share it."
-    )

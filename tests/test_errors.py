@@ -31,7 +31,7 @@ from llama_index_recency.errors import (
     RetryableWriteError,
 )
 from llama_index_recency import errors
-from llama_index_recency.memory import memory_node
+from llama_index_recency.records import memory_node
 from llama_index_recency.models import openai_like_llm
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.store import (

@@ -299,7 +299,7 @@ def test_a_bank_question_is_scored_by_its_best_memory_even_when_a_successor_goes
     """A linked successor placed before the memory it updates does not lower the question's
     best score: the fit must see what a question can bring, or it fits a gate too low."""
     from conftest import KnownCosineEmbedding, cosines_for
-    from llama_index_recency.memory import SUPERSEDES_KEY
+    from llama_index_recency.records import SUPERSEDES_KEY
     from llama_index_recency.retriever import offtopic_best
 
     old = memory_node("Taro drinks coffee black.", "2026-08-01")

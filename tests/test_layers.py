@@ -10,17 +10,18 @@ PACKAGE = Path(__file__).resolve().parents[1] / "llama_index_recency"
 
 LAYERS: dict[str, tuple[str, ...]] = {
     # what a memory is: keys, ids, memory_node, the errors, the demo data
-    "records": ("errors", "dates", "memory", "examples", "data"),
+    "records": ("errors", "dates", "records", "memory", "examples", "data"),
     # the policy math, the I/O-free search plan and its steps, relevance units, text rules
     "ranking": ("scoring", "search", "supersession", "cohort", "events", "intent", "vague",
                 "text", "language", "gate_fit"),
     # stores, engines, embedding models
-    "storage": ("filters", "edge", "store", "embeddings", "models"),
+    "storage": ("filters", "edge_points", "edge_files", "edge", "store_access", "store_metadata",
+                "migration", "store", "embeddings", "models"),
     # the one write, update / forget / relink, extraction, outbox, backup
-    "writing": ("updates", "links", "writer", "outbox", "backup"),
+    "writing": ("updates", "links", "extraction", "writer", "outbox", "memory_file", "backup"),
     # LlamaIndex integrations and fitting, side by side
     "integrations": ("retriever", "postprocessor", "memory_block", "chat", "prompts",
-                     "calibration", "gate"),
+                     "calibration", "policy_fit", "gate"),
     "api": ("recency_memory", "__init__"),
     "cli": ("cli", "__main__"),
 }

@@ -20,7 +20,7 @@ from llama_index_recency import (
 )
 from llama_index_recency.links import amemory_history, memory_history
 from llama_index_recency.store import MemoryNotFoundError
-from llama_index_recency.memory import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
+from llama_index_recency.records import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
 
 POLICY = RecencyPolicy(threshold=0.45, reference_date="2026-09-10")
 

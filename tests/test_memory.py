@@ -11,7 +11,7 @@ from llama_index.core.schema import MetadataMode
 from llama_index_recency import memory_node
 from llama_index_recency.errors import FutureMemoryDateError
 from llama_index_recency.examples import example_memories, example_questions
-from llama_index_recency.memory import MAX_FACT_CHARS, memory_id, with_subject
+from llama_index_recency.records import MAX_FACT_CHARS, memory_id, quoted, with_subject
 
 
 def test_text_has_date_prefix_and_metadata_holds_iso_date() -> None:
@@ -232,3 +232,8 @@ def test_a_memory_cannot_supersede_itself() -> None:
     with pytest.raises(ValueError, match=f"^memory {own.node_id} \\('Taro drinks tea.'\\) "
                                          "cannot supersede itself$"):
         memory_node("Taro drinks tea.", "2026-09-01", user_id="taro", supersedes=[own.node_id])
+
+
+def test_a_fact_quoted_in_a_message_is_cut_where_the_quote_shows_it() -> None:
+    assert quoted("Taro likes tea.") == "'Taro likes tea.'"
+    assert quoted("Taro likes tea. " * 10, limit=20) == "'Taro likes tea. Taro'..."

@@ -11,7 +11,7 @@ from conftest import OpenAIServer
 
 from llama_index_recency.backup import export_memories
 from llama_index_recency.edge import MemoryStoreLockedError
-from llama_index_recency.memory import memory_node
+from llama_index_recency.records import memory_node
 from llama_index_recency.models import openai_like_llm
 from llama_index_recency.recency_memory import RecencyMemory
 from llama_index_recency.scoring import RecencyPolicy

@@ -156,10 +156,10 @@ def test_a_migrate_killed_mid_copy_keeps_its_identity_and_a_rerun_finishes(tmp_p
     write_0_1_0_store(source)
     code = f"""
         import os
-        import llama_index_recency.store as store
-        store._COPY_BATCH = 3  # 8 memories: kill -9 after the first of three batches
-        store.migrate_store({str(source)!r}, {str(target)!r},
-                            progress=lambda copied: os.kill(os.getpid(), 9))
+        import llama_index_recency.migration as migration
+        migration._COPY_BATCH = 3  # 8 memories: kill -9 after the first of three batches
+        migration.migrate_store({str(source)!r}, {str(target)!r},
+                                progress=lambda copied: os.kill(os.getpid(), 9))
     """
     child = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                            text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})

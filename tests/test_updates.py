@@ -24,7 +24,7 @@ from llama_index_recency.store import (
     get_memories,
     is_local_mode_store,
 )
-from llama_index_recency.memory import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
+from llama_index_recency.records import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
 from llama_index_recency.updates import forget, insert_memories
 
 from conftest import QUERY, KnownCosineEmbedding, cosines_for

@@ -1,4 +1,4 @@
-"""The ``calibrate`` subcommand: the labelled fit (or the seed's pass), and a store's
+"""The ``calibrate`` subcommand: the labelled fit (or the four-candidate pass), and a store's
 relevance gate fitted on itself."""
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ from llama_index_recency.calibration import (
     SEED_GRID,
     RetrievedCandidates,
     calibrate,
-    fit_policy,
     fit_threshold,
-    raw_cosine_sd,
     retrieve_candidates,
 )
 from llama_index_recency.cli.inputs import check_targets, load_questions, select
@@ -36,12 +34,13 @@ from llama_index_recency.examples import (
 )
 from llama_index_recency.gate import calibrate_gate, offtopic_questions
 from llama_index_recency.models import COHORT_POLICY
+from llama_index_recency.policy_fit import fit_policy, raw_cosine_sd
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.store import count_memories, index_policy, save_policy
 
 
 def run_calibrate(args: argparse.Namespace, session: Session) -> int:
-    """Fit the policy (or run the seed's pass) on the bundled data or a labelled store."""
+    """Fit the policy (or run the four-candidate pass) on the bundled data or a labelled store."""
     bundled = args.store is None and args.url is None
     if not bundled and args.questions is None:
         return _calibrate_gate(args, session)
@@ -58,7 +57,7 @@ def run_calibrate(args: argparse.Namespace, session: Session) -> int:
             ("--threshold", args.threshold), ("--fit-threshold", args.fit_threshold or None),
             ("--weight", args.weight), ("--tau-days", args.tau_days)) if value is not None]
         if given:
-            raise CommandError(f"{given[0]} belongs to the seed's pass: add --seed (the default "
+            raise CommandError(f"{given[0]} belongs to the four-candidate pass: add --seed (the default "
                                "fit places a threshold per candidate)")
     custom = load_questions(args.questions) if args.questions else None
     today = args.today or (EXAMPLE_REFERENCE_DATE if bundled else None)
@@ -139,7 +138,7 @@ def _retrieve_all(session: Session, index: VectorStoreIndex, questions: list[Exa
 def _report_calibration(session: Session, sets: list[list[RetrievedCandidates]],
                         base: RecencyPolicy, args: argparse.Namespace,
                         source: str) -> RecencyPolicy | None:
-    """Print the fit (or the seed's pass) and return the adopted policy, if any; labelled
+    """Print the fit (or the four-candidate pass) and return the adopted policy, if any; labelled
     calibration scores raw cosines, so its policies are in cosine units."""
     console = session.console
     if args.questions is not None:
@@ -165,7 +164,7 @@ def _report_calibration(session: Session, sets: list[list[RetrievedCandidates]],
 
 def _seed_pass(console: Console, retrieved: list[RetrievedCandidates], base: RecencyPolicy,
                args: argparse.Namespace) -> RecencyPolicy | None:
-    """The seed's pass at one threshold (fitted first with --fit-threshold)."""
+    """The four-candidate pass at one threshold (fitted first with --fit-threshold)."""
     policy = base.model_copy(update={
         "weight": 0.05 if args.weight is None else args.weight,
         "tau_days": 14.0 if args.tau_days is None else args.tau_days,

@@ -55,7 +55,7 @@ from llama_index_recency.cli.session import (
 )
 from llama_index_recency.examples import EXAMPLE_REFERENCE_DATE, example_memories, example_questions
 from llama_index_recency.filters import memory_scope
-from llama_index_recency.memory import FutureMemoryDateError, check_not_future
+from llama_index_recency.records import FutureMemoryDateError, check_not_future
 from llama_index_recency.models import LLM_BASE_URL_ENV, is_http_url, openai_like_llm
 from llama_index_recency.outbox import Outbox, outbox_path
 from llama_index_recency.postprocessor import RecencyBonusPostprocessor
@@ -196,7 +196,7 @@ def _llm_reason(error: Exception, timeout: float | None) -> str:
 # printed on a fresh default store.
 WHERE_NEXT = "\n".join((
     "Where next:",
-    "  the notebook: notebooks/recency_bonus_experiments.ipynb (the seed's tables, score plots)",
+    "  the notebook: notebooks/recency_bonus_experiments.ipynb (the calibration tables, score plots)",
     "  the docs: docs/README.md (one page a topic: ranking, agent memory, the store, the CLI, ...)",
     "  your own memories, in the default store:",
     '    llama-index-recency add "The user has switched to green tea."',

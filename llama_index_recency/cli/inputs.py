@@ -15,7 +15,7 @@ from llama_index_recency.backup import link_problem
 from llama_index_recency.calibration import DEFAULT_KEY, RetrievedCandidates
 from llama_index_recency.cli.session import CommandError
 from llama_index_recency.examples import ExampleQuestion
-from llama_index_recency.memory import FutureMemoryDateError, control_character, memory_node
+from llama_index_recency.records import FutureMemoryDateError, control_character, memory_node
 from llama_index_recency.store import MemoryStore
 from llama_index_recency.writer import Turn, parse_transcript
 

@@ -10,7 +10,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any, NoReturn
 
-from llama_index_recency.calibration import SEED_GRID, SPREAD_KS, SPREAD_TAUS
+from llama_index_recency.calibration import SEED_GRID
 from llama_index_recency.cli.backup import run_export, run_history, run_import
 from llama_index_recency.cli.calibrate import run_calibrate
 from llama_index_recency.cli.commands import (
@@ -31,8 +31,9 @@ from llama_index_recency.cli.session import (
 )
 from llama_index_recency.examples import EXAMPLE_LANGUAGES
 from llama_index_recency.gate import MAX_BRING_UP
-from llama_index_recency.memory import control_character
+from llama_index_recency.records import control_character
 from llama_index_recency.models import LLM_BASE_URL_ENV
+from llama_index_recency.policy_fit import SPREAD_KS, SPREAD_TAUS
 from llama_index_recency.store import DEFAULT_COLLECTION, check_collection_name
 
 
@@ -95,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         "threshold. A candidate passes when every target memory reaches the threshold and no "
         "hit-free question puts a memory at or over it; among those it adopts the one with the "
         "newer memory first on the most contradiction questions, then the largest headroom in "
-        "sd. --seed reruns the seed's four-candidate pass at one threshold instead (smallest "
+        "sd. --seed runs the four-candidate pass at one threshold instead (smallest "
         "passing weight). Without --store or --url it uses the bundled memories and questions. "
         "A store without --questions gets the relevance gate fitted on itself, no labels "
         "needed: the lowest threshold at which at most --max-bring-up of the shipped off-topic "
@@ -116,10 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     calibration.add_argument("--grid", type=_grid_point, action="append", default=None,
                              metavar="WEIGHT:TAU",
                              help="a candidate, repeatable (default: k x sd as above; with "
-                             "--seed the seed's four "
+                             "--seed the four "
                              + ", ".join(f"{w:g}:{t:g}" for w, t in SEED_GRID) + ")")
     calibration.add_argument("--seed", action="store_true",
-                             help="the seed's pass: every candidate at one threshold, the "
+                             help="the four-candidate pass: every candidate at one threshold, the "
                              "smallest passing weight adopted")
     calibration.add_argument("--threshold", type=float, default=None,
                              help="with --seed: the cutoff (default: the store's policy)")

@@ -14,12 +14,12 @@ from rich.text import Text
 from llama_index_recency.calibration import (
     DEFAULT_KEY,
     Calibration,
-    PolicyFit,
     ThresholdFit,
     format_score,
 )
+from llama_index_recency.policy_fit import PolicyFit
 from llama_index_recency.cli.session import Location, Written
-from llama_index_recency.memory import USER_ID_KEY
+from llama_index_recency.records import USER_ID_KEY
 from llama_index_recency.models import LLM_BASE_URL_ENV
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
 
@@ -129,7 +129,7 @@ def memory_table(title: str, nodes: Sequence[BaseNode], *, ordered: bool = False
 
 
 def calibration_table(result: Calibration) -> Table:
-    """The seed's table turned sideways (a column per candidate) so many targets still fit."""
+    """The four-candidate table turned sideways (a column per candidate) so many targets still fit."""
     table = Table(title=f"Candidates at threshold {result.threshold:g} (red: condition failed)",
                   title_justify="left")
     table.add_column("Condition", overflow="fold")

@@ -109,7 +109,7 @@ def describe(error: Exception) -> tuple[str, int]:
 
 @dataclass
 class _Timings:
-    """Durations per named stage, printed like the seed's "Added time" table."""
+    """Durations per named stage, printed as the "Added time" table."""
 
     stages: dict[str, list[float]] = field(default_factory=dict)
 
@@ -220,7 +220,7 @@ class Session:
             close_memory_index(index)
 
     def gate_after_write(self, index: VectorStoreIndex) -> str | None:
-        """After a write, the seed's "rerun the pass as the device accumulates memories": a
+        """After a write, the gate kept fitted as the store accumulates memories: a
         store with an explicit policy (calibrate --save) is checked and says when its gate no
         longer holds; any other refits its own gate when due (by size, or when the current
         one lets too many off-topic questions in) and says "gate refitted: …". None: nothing

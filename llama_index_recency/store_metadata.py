@@ -1,0 +1,148 @@
+"""What a store records with its collection: the embedding model that filled it, the policy
+saved with it and its own gate fit; and from those, the policy to rank it with."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any, Optional
+
+from llama_index_recency.edge import QdrantEdgeVectorStore
+from llama_index_recency.embeddings import EmbeddingMismatchError
+from llama_index_recency.gate_fit import fitted_origin
+from llama_index_recency.models import CALIBRATED_POLICIES
+from llama_index_recency.scoring import RecencyPolicy
+from llama_index_recency.store_access import (
+    MemoryStore,
+    MemoryVectorStore,
+    collection_calls,
+    vector_store_of,
+)
+
+EMBEDDING_METADATA_KEY = "llama_index_recency.embedding"
+"""Collection-metadata key holding ``{"model": name, "dimensions": n}``."""
+
+
+POLICY_METADATA_KEY = "llama_index_recency.policy"
+"""Collection-metadata key holding the calibrated policy: weight, tau_days, threshold, top_n."""
+
+
+GATE_METADATA_KEY = "llama_index_recency.gate"
+"""Collection-metadata key holding the store's own gate fit: relevance units, thresholds per
+language, the memories it was fitted on and the day (``save_gate_fit``)."""
+
+
+GATE_REFUSED_METADATA_KEY = "llama_index_recency.gate_refused"
+"""Collection-metadata key: relevance units and store size of the last refused gate fit."""
+
+
+def save_policy(index: MemoryStore, policy: RecencyPolicy) -> None:
+    """Record ``policy`` (relevance units, weight, tau_days, thresholds, top_n) with the
+    collection: an explicit policy, which wins over the store's own gate fit."""
+    _update_metadata(index, {POLICY_METADATA_KEY: {
+        "relevance": policy.relevance, "weight": policy.weight, "tau_days": policy.tau_days,
+        "threshold": policy.threshold, "top_n": policy.top_n,
+        "language_thresholds": dict(policy.language_thresholds),
+    }})
+
+
+def save_gate_fit(index: MemoryStore, relevance: str, thresholds: dict[str, float],
+                  memories: int, fitted_on: date) -> None:
+    """Record the store's own gate fit: per-language ``thresholds`` in ``relevance`` units,
+    fitted on ``memories`` memories on ``fitted_on`` (read by :func:`index_policy`)."""
+    _update_metadata(index, {GATE_METADATA_KEY: {
+        "relevance": relevance, "thresholds": dict(thresholds), "memories": memories,
+        "fitted_on": fitted_on.isoformat(),
+    }})
+
+
+def save_gate_refusal(index: MemoryStore, relevance: str, memories: int) -> None:
+    """Record that a fit on ``memories`` memories was refused, so the store is not fitted
+    again before it grows as much as after a fit (:func:`gate_record` keeps the last fit)."""
+    _update_metadata(index, {GATE_REFUSED_METADATA_KEY: {
+        "relevance": relevance, "memories": memories}})
+
+
+def gate_refusal(index: MemoryStore) -> Optional[dict[str, Any]]:
+    """The store's last refused gate fit (:func:`save_gate_refusal`), if any."""
+    record = _collection_metadata(vector_store_of(index)).get(GATE_REFUSED_METADATA_KEY)
+    return dict(record) if isinstance(record, dict) else None
+
+
+def gate_record(index: MemoryStore) -> Optional[dict[str, Any]]:
+    """The store's own gate fit (:func:`save_gate_fit`), if any."""
+    record = _collection_metadata(vector_store_of(index)).get(GATE_METADATA_KEY)
+    return dict(record) if isinstance(record, dict) else None
+
+
+def _update_metadata(index: MemoryStore, record: dict[str, Any]) -> None:
+    store = vector_store_of(index)
+    if isinstance(store, QdrantEdgeVectorStore):
+        store.update_metadata(record)
+        return
+    call = collection_calls(store.client, store._aclient)
+    metadata = dict(call("get_collection", store.collection_name).config.metadata or {})
+    call("update_collection", store.collection_name, metadata={**metadata, **record})
+
+
+def embedding_identity(index: MemoryStore) -> Optional[dict[str, Any]]:
+    """The embedding model (name and dimensions) the store records, if any."""
+    identity = _collection_metadata(vector_store_of(index)).get(EMBEDDING_METADATA_KEY)
+    return dict(identity) if isinstance(identity, dict) else None
+
+
+def has_saved_policy(index: MemoryStore) -> bool:
+    """Whether a policy was calibrated and saved with this store (``save_policy``)."""
+    return POLICY_METADATA_KEY in _collection_metadata(vector_store_of(index))
+
+
+def index_policy(index: MemoryStore, **overrides: Any) -> RecencyPolicy:
+    """The policy to rank this store with: the one calibrated and saved with it
+    (:func:`save_policy`, origin "explicit"), else the shipped one for its embedding model
+    (``models.CALIBRATED_POLICIES``; else :class:`RecencyPolicy`'s defaults) with the store's own gate fit in the
+    same units (:func:`save_gate_fit`, origin "fitted on N memories on DATE") or as shipped.
+
+    ``overrides`` (e.g. ``reference_date=...``) are applied on top; a ``threshold`` among
+    them is the one for every language (origin "explicit").
+    """
+    metadata = _collection_metadata(vector_store_of(index))
+    model = (metadata.get(EMBEDDING_METADATA_KEY) or {}).get("model")
+    shipped = CALIBRATED_POLICIES.get(model or "", {})
+    saved = metadata.get(POLICY_METADATA_KEY)
+    gate = metadata.get(GATE_METADATA_KEY)
+    if saved is not None:
+        # A saved calibration fits the gate and the bonus; the intent and version rules
+        # the model ships with (in the same units) still apply.
+        same_units = saved.get("relevance", "cosine") == shipped.get("relevance", "cosine")
+        values = {**(shipped if same_units else {}), "language_thresholds": {}, **saved,
+                  "threshold_origin": "explicit"}
+    elif isinstance(gate, dict) and gate.get("relevance") == shipped.get("relevance", "cosine"):
+        thresholds = dict(gate["thresholds"])
+        values = {**shipped, "threshold": max(thresholds.values()),
+                  "language_thresholds": thresholds,
+                  "threshold_origin": fitted_origin(gate["memories"],
+                                                    date.fromisoformat(gate["fitted_on"]))}
+    else:
+        values = {**shipped, "threshold_origin": "shipped"}
+    if "threshold" in overrides:  # a threshold given is the one for every language
+        values = {**values, "language_thresholds": {}, "threshold_origin": "explicit"}
+    return RecencyPolicy(**{**values, **overrides})
+
+
+def _collection_metadata(store: MemoryVectorStore) -> dict[str, Any]:
+    if isinstance(store, QdrantEdgeVectorStore):
+        return store.metadata
+    call = collection_calls(store.client, store._aclient)  # an async-only store too
+    if not call("collection_exists", store.collection_name):
+        return {}
+    return dict(call("get_collection", store.collection_name).config.metadata or {})
+
+
+def embedding_mismatch(
+    collection_name: str, recorded: dict[str, Any], identity: dict[str, Any]
+) -> EmbeddingMismatchError:
+    return EmbeddingMismatchError(
+        f"collection {collection_name!r} was written with {recorded['model']!r} "
+        f"({recorded['dimensions']} dims); refusing to use it with "
+        f"{identity['model']!r} ({identity['dimensions']} dims): vectors of different "
+        "models are not comparable. Use the same model, or another collection."
+    )
