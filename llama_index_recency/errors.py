@@ -25,6 +25,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any, ClassVar
 
+from llama_index.core.bridge.pydantic import ValidationError
+
 _DEFINED_IN = {
     "EmbeddingAPIError": "embeddings",
     "EmbeddingMismatchError": "embeddings",
@@ -36,6 +38,7 @@ _DEFINED_IN = {
 __all__ = [
     "FinalWriteError",
     "InvalidInputError",
+    "InvalidSettingError",
     "MemoryStoreClosedError",
     "MemoryStoreDamagedError",
     "MemoryStoreFullError",
@@ -189,3 +192,34 @@ class RetryableWriteError(MemoryWriteError):
 class FinalWriteError(MemoryWriteError):
     """The LLM answered, but no valid memory came of it (not a JSON object, no ``memories``
     field, off the schema, or every proposed fact invalid): asking again gets the same."""
+
+
+class InvalidSettingError(InvalidInputError):
+    """A setting of a policy, postprocessor or memory block that its class refuses.
+
+    ``problems`` holds (field, value, reason) for each refused field; a rule across fields
+    has field "" and the whole instruction as its reason."""
+
+    def __init__(self, model: str, problems: list[tuple[str, Any, str]]) -> None:
+        self.problems = problems
+        super().__init__(f"{model}: " + "; ".join(
+            reason if not field else f"{field} is required" if value is _MISSING
+            else f"{field}={value!r}: {reason}" for field, value, reason in problems))
+
+
+class OneLineValidation:
+    """Base for the package's pydantic classes: a refused argument raises
+    :class:`InvalidSettingError` naming it in one line, not pydantic's multi-line report."""
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as error:
+            raise InvalidSettingError(type(self).__name__, [
+                (".".join(str(part) for part in problem["loc"]),
+                 _MISSING if problem["type"] == "missing" else problem["input"],
+                 str(problem["msg"]).removeprefix("Value error, "))
+                for problem in error.errors(include_url=False)]) from None
+
+
+_MISSING = object()

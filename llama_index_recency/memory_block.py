@@ -30,7 +30,7 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.schema import TextNode
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
-from llama_index_recency.errors import FinalWriteError
+from llama_index_recency.errors import FinalWriteError, OneLineValidation
 from llama_index_recency.gate import MIN_FIT_MEMORIES, refit_gate
 from llama_index_recency.outbox import Conversation, Outbox, outbox_path
 from llama_index_recency.prompts import (
@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 
 _WORKER_IDLE_SECONDS = 5.0  # a writer thread with nothing to do for this long exits
 
-class RecencyMemoryBlock(BaseMemoryBlock[str]):
+class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
     """Long-term memory for an agent: recall ranked by cosine + recency, dated facts written.
 
     Reading (every turn): the latest user message (``query_turns`` > 1 joins that many of

@@ -23,7 +23,7 @@ from llama_index.core.bridge.pydantic import (
 )
 from llama_index.core.schema import NodeWithScore
 
-from llama_index_recency.errors import InvalidInputError, RecencyError
+from llama_index_recency.errors import InvalidInputError, OneLineValidation, RecencyError
 from llama_index_recency.dates import parse_memory_date
 from llama_index_recency.intent import Intent, question_intent
 from llama_index_recency.language import nearest_language, question_language
@@ -146,7 +146,7 @@ def _one_line(text: str, width: int = 72) -> str:
     return flat.replace("|", "\\|")
 
 
-class RecencyPolicy(BaseModel):
+class RecencyPolicy(OneLineValidation, BaseModel):
     """Parameters of the recency re-rank and the ranking itself.
 
     final = relevance + weight * exp(-age_days / tau_days); re-sort by final and keep

@@ -34,6 +34,7 @@ from llama_index_recency import errors
 from llama_index_recency.records import memory_node
 from llama_index_recency.models import openai_like_llm
 from llama_index_recency.scoring import RecencyPolicy
+from llama_index_recency import RecencyBonusPostprocessor, RecencyMemoryBlock
 from llama_index_recency.store import (
     close_memory_index,
     get_memory,
@@ -61,6 +62,7 @@ CONSTRUCTED = [  # (error, its standard base), as each is raised by the package
     (CommandError("--top-n must be at least 1"), Exception),
     (LLMError("the chat LLM timed out"), RuntimeError),
     (errors.InvalidInputError("not a date: 'soon'"), ValueError),
+    (errors.InvalidSettingError("RecencyPolicy", [("weight", -1, "should be >= 0")]), ValueError),
     (errors.UnsupportedStoreError("a SimpleVectorStore is not Qdrant"), TypeError),
     (errors.MemoryStorePathError("./store is a file, not a directory"), NotADirectoryError),
     (errors.PermissionDeniedError(13, "Permission denied", "./store"), PermissionError),
@@ -105,6 +107,21 @@ def test_store_failures_are_caught_as_recency_errors(tmp_path) -> None:
     close_memory_index(index)
     with pytest.raises(RecencyError):  # EmbeddingMismatchError
         open_memory_index(embed, path=tmp_path / "store", embedding_name="other")
+
+
+@pytest.mark.parametrize("build, named", [
+    (lambda: RecencyPolicy(weight=-1), "weight=-1"),
+    (lambda: RecencyPolicy(threshold=float("nan")), "threshold=nan"),
+    (lambda: RecencyBonusPostprocessor(top_n="three"), "top_n='three'"),
+    (lambda: RecencyBonusPostprocessor(relevance="cohort"), "relevance='cohort' needs embed_model"),
+    (lambda: RecencyMemoryBlock(name=3), "name=3"),
+], ids=["policy-weight", "policy-nan", "postprocessor-top-n", "postprocessor-cohort", "block"])
+def test_a_refused_setting_is_one_line_naming_the_value(build, named: str) -> None:
+    with pytest.raises(RecencyError) as caught:
+        build()
+    assert isinstance(caught.value, ValueError)
+    message = str(caught.value)
+    assert named in message and "\n" not in message and "pydantic" not in message
 
 
 def test_an_undated_memory_under_a_raising_policy_is_a_recency_error() -> None:

@@ -158,7 +158,7 @@ def test_bad_reference_date_is_rejected_at_construction(reference: object, messa
 
 
 def test_top_n_zero_is_rejected() -> None:
-    with pytest.raises(ValueError, match=r"top_n\n.*greater than or equal to 1"):
+    with pytest.raises(ValueError, match=r"^RecencyBonusPostprocessor: top_n=0: .*greater than or equal to 1$"):
         RecencyBonusPostprocessor(top_n=0)
 
 

@@ -43,6 +43,7 @@ from llama_index_recency.cli.rendering import (
     ranking_table,
     summary,
 )
+from llama_index_recency.errors import InvalidSettingError
 from llama_index_recency.cli.session import (
     LLM_RETRIES,
     CommandError,
@@ -80,17 +81,10 @@ def _policy(args: argparse.Namespace, index: VectorStoreIndex, today: Any) -> Re
                 if getattr(args, name, None) is not None}
     try:
         return index_policy(index, reference_date=today, **explicit)
-    except ValueError as error:  # pydantic's message names the field and the value
-        raise CommandError(f"bad ranking option: {_first_error(error)}") from None
-
-
-def _first_error(error: ValueError) -> str:
-    errors = getattr(error, "errors", None)
-    if callable(errors):
-        first = errors()[0]
-        field_name = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "value"
-        return f"{field_name} {first['input']!r}: {first['msg']}"
-    return str(error)
+    except InvalidSettingError as error:
+        field, value, reason = error.problems[0]
+        raise CommandError(f"bad ranking option: --{field.replace('_', '-')} {value!r}: "
+                           f"{reason}") from None
 
 
 def _llm(args: argparse.Namespace) -> LLM | None:
