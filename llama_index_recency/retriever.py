@@ -143,7 +143,7 @@ class QdrantRecencyRetriever(BaseRetriever):
         """The retriever over a memory index from ``open_memory_index``, with its embedding model.
 
         Without ``policy`` it ranks with the store's own (:func:`~llama_index_recency.store.index_policy`:
-        calibrated and saved with it, else its model's shipped one, else the seed's).
+        calibrated and saved with it, else its model's shipped one, else the defaults).
         """
         # VectorStoreIndex keeps its embedding model private; its own as_retriever reads it too.
         retriever = cls(index.vector_store, index._embed_model,

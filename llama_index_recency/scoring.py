@@ -1,13 +1,16 @@
 """The recency math: one definition of the date parsing, the bonus and the ranking.
 
 Everything that scores a memory (the postprocessor, the Qdrant retriever, calibration)
-goes through :class:`RecencyPolicy`, so the formula is written exactly once.
+goes through :class:`RecencyPolicy`, so the formula is written exactly once. Its defaults
+are the specification's: a bonus of 0.05 * exp(-age_days / 14) on raw cosine, at most 3
+memories at or above 0.45.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import date, datetime, timezone
@@ -116,7 +119,7 @@ class RecencyRanking:
         return line
 
     def to_table(self) -> str:
-        """Render the rows as the seed's Markdown table (memory, raw, bonus, final, verdict)."""
+        """Render the rows as a Markdown table (memory, raw, bonus, final, verdict)."""
         raw = "Raw cosine" if self.relevance == "cosine" else "Relevance (sd)"
         lines = [
             f"| Memory | {raw} | Bonus | Final | Verdict |",
@@ -151,7 +154,7 @@ class RecencyPolicy(OneLineValidation, BaseModel):
 
     final = relevance + weight * exp(-age_days / tau_days); re-sort by final and keep
     at most ``top_n`` candidates with final >= ``threshold``. Relevance is the raw cosine
-    (the seed's units), or with ``relevance="cohort"`` that cosine in units of the
+    (the specification's units), or with ``relevance="cohort"`` that cosine in units of the
     question's spread over a background cohort (:mod:`llama_index_recency.cohort`), where
     a threshold and a bonus mean the same on every store and question.
     """
@@ -159,7 +162,7 @@ class RecencyPolicy(OneLineValidation, BaseModel):
     relevance: Relevance = Field(
         default="cosine",
         description=(
-            "Units of weight and threshold: 'cosine' (raw cosine, the seed's 0.05/0.45) or "
+            "Units of weight and threshold: 'cosine' (raw cosine, as the defaults 0.05/0.45) or "
             "'cohort' (standard deviations above what unrelated memories score for the question)."
         ),
     )
@@ -377,20 +380,26 @@ class RecencyPolicy(OneLineValidation, BaseModel):
         self,
         nodes: Sequence[NodeWithScore],
         reference: Optional[datetime] = None,
-        bonus_scale: float = 1.0,
+        bonus_scale: Optional[float] = None,
         threshold: Optional[float] = None,
     ) -> RecencyRanking:
         """Re-rank retrieved candidates by post-bonus score and pick the prompt's memories.
 
-        ``bonus_scale`` multiplies every bonus (1.0 = as configured); ``threshold``
-        replaces the policy's cutoff (``-math.inf``: keep the best ``top_n`` whatever their
+        ``bonus_scale`` (deprecated: rank with a policy whose ``weight`` is scaled, or set
+        ``past_weight``) multiplies every bonus; ``threshold`` replaces the policy's cutoff (``-math.inf``: keep the best ``top_n`` whatever their
         score, as the vague-reference path does among recent memories). Returns new
         ``NodeWithScore`` objects carrying the final score; the caller's nodes and their
         metadata are left untouched.
         """
-        if not 0.0 <= bonus_scale < math.inf:
-            raise InvalidInputError(
-                f"bonus_scale must be a finite number >= 0, got {bonus_scale!r}")
+        if bonus_scale is None:
+            bonus_scale = 1.0
+        else:
+            warnings.warn("rank(bonus_scale=) is deprecated and goes in 0.4: rank with "
+                          "policy.model_copy(update={'weight': policy.weight * scale})",
+                          DeprecationWarning, stacklevel=2)
+            if not 0.0 <= bonus_scale < math.inf:
+                raise InvalidInputError(
+                    f"bonus_scale must be a finite number >= 0, got {bonus_scale!r}")
         threshold = self.threshold if threshold is None else threshold
         reference = reference or self.reference()
         scored: list[tuple[float, int, NodeWithScore, RankedMemory]] = []

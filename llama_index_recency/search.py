@@ -46,8 +46,8 @@ FIRST_LIMIT = 16
 # Tier boundaries are widened a little so datetime rounding in an engine can only add
 # members to a tier (harmless), never drop one that belongs to it.
 _TIER_SLACK = timedelta(minutes=1)
-# Raw scores come from float32 vectors: a proof needs a margin above that rounding.
-_SCORE_SLACK = 1e-6
+SCORE_SLACK = 1e-6
+"""Raw scores come from float32 vectors: a proof needs this margin above that rounding."""
 # "Any readable datetime": the lower end of a range that every stored date passes.
 EARLIEST_DATE = "0001-01-01T00:00:00+00:00"
 
@@ -153,7 +153,7 @@ def exact_recency_search(
 
 def candidate_floor(policy: RecencyPolicy) -> float:
     """The lowest relevance a memory can have and still reach the threshold with a full bonus."""
-    return policy.threshold - policy.weight - _SCORE_SLACK
+    return policy.threshold - policy.weight - SCORE_SLACK
 
 
 def _tier_start(reference: datetime, age_days: float) -> datetime:
@@ -174,7 +174,7 @@ def _next_set(
     if 0 not in kth:
         return 0
     terms = _bracket_terms(policy, tier_ages, kth)
-    open_brackets = [b for b, term in enumerate(terms) if term + _SCORE_SLACK >= goal]
+    open_brackets = [b for b, term in enumerate(terms) if term + SCORE_SLACK >= goal]
     for bracket in sorted(open_brackets, key=lambda b: -terms[b]):
         tier = bracket + 1  # the youngest tier covering the bracket (the oldest has none)
         if tier <= len(tier_ages) and tier not in kth:
@@ -202,7 +202,7 @@ def _bracket_terms(
 
 
 def _unseen_bound(policy: RecencyPolicy, tier_ages: list[float], kth: dict[int, float]) -> float:
-    return max(_bracket_terms(policy, tier_ages, kth)) + _SCORE_SLACK
+    return max(_bracket_terms(policy, tier_ages, kth)) + SCORE_SLACK
 
 
 def _goal(policy: RecencyPolicy, passing: list[float]) -> float:

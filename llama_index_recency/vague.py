@@ -56,7 +56,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_recency.dates import parse_memory_date
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
-from llama_index_recency.search import _SCORE_SLACK, MemorySearch, SearchPlan
+from llama_index_recency.search import SCORE_SLACK, MemorySearch, SearchPlan
 
 VAGUE_WINDOW_DAYS = 14.0
 """How recent a memory must be (days before the reference date) to be listed for a vague
@@ -296,7 +296,7 @@ def with_recent(
                     r.score or 0.0, r.node.metadata.get(policy.date_key), reference)) is not None),
                 reverse=True,
             )
-            unseen = (results[-1].score or 0.0) + policy.bonus(0.0) + _SCORE_SLACK
+            unseen = (results[-1].score or 0.0) + policy.bonus(0.0) + SCORE_SLACK
             if len(finals) >= room and finals[room - 1] > unseen:
                 break
             limit *= 4
