@@ -23,12 +23,10 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.vector_store import VectorStoreIndex
-from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle, QueryType
+from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
     MetadataFilters,
-    VectorStoreQuery,
-    VectorStoreQueryResult,
 )
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import models
@@ -36,10 +34,18 @@ from qdrant_client import models
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.cohort import QueryScale, cached_embeddings, relevance_cohort
 from llama_index_recency.edge import QdrantEdgeVectorStore
+from llama_index_recency.engine import (
+    arun_search,
+    has_async_client,
+    is_local,
+    payload_indexes,
+    run_search,
+    sync_client,
+)
 from llama_index_recency.events import dispatch_ranking
 from llama_index_recency.filters import memory_scope, to_qdrant_filter
 from llama_index_recency.links import with_successors
-from llama_index_recency.records import SUPERSEDES_KEY, USER_ID_KEY, SeveralUsersWarning
+from llama_index_recency.records import SeveralUsersWarning
 from llama_index_recency.gate_fit import (
     BANK_LANGUAGES,
     MIN_FIT_MEMORIES,
@@ -52,7 +58,7 @@ from llama_index_recency.gate_fit import (
 )
 from llama_index_recency.intent import question_intent
 from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
-from llama_index_recency.search import MemorySearch, SearchPlan, dated_filter, exact_recency_search
+from llama_index_recency.search import SearchPlan, dated_filter, exact_recency_search
 from llama_index_recency.supersession import with_newer_versions
 from llama_index_recency.store import (
     GATE_METADATA_KEY,
@@ -64,7 +70,6 @@ from llama_index_recency.store import (
     gate_refusal,
     has_saved_policy,
     index_policy,
-    qdrant_selection,
     save_gate_fit,
     save_gate_refusal,
     vector_store_of,
@@ -199,7 +204,7 @@ class QdrantRecencyRetriever(BaseRetriever):
     async def _aexplain(self, bundle: QueryBundle) -> RecencyRanking:
         self._follow_store()
         empty = RecencyRanking(rows=(), nodes=(), relevance=self._policy.relevance)
-        if not _has_async_client(self._vector_store):
+        if not has_async_client(self._vector_store):
             vector = await self._aembed(bundle)
             if not self._prepare():
                 return empty
@@ -269,10 +274,8 @@ class QdrantRecencyRetriever(BaseRetriever):
         try:
             search = next(plan)
             while True:
-                query, kwargs = self._translate(search, vector)
-                results = _scored(self._vector_store.query(query, **kwargs), scale)
-                if search.with_vectors and (missing := _missing_vectors(results)):
-                    _attach_vectors(results, self._vector_store.get_nodes(node_ids=missing))
+                results = run_search(self._vector_store, search, vector,
+                                     self._policy.date_key, scale)
                 self._several_users.check(n.node for n in results)
                 search = plan.send(results)
         except StopIteration as done:
@@ -284,32 +287,12 @@ class QdrantRecencyRetriever(BaseRetriever):
         try:
             search = next(plan)
             while True:
-                query, kwargs = self._translate(search, vector)
-                results = _scored(await self._vector_store.aquery(query, **kwargs), scale)
-                if search.with_vectors and (missing := _missing_vectors(results)):
-                    _attach_vectors(results, await self._vector_store.aget_nodes(node_ids=missing))
+                results = await arun_search(self._vector_store, search, vector,
+                                            self._policy.date_key, scale)
                 self._several_users.check(n.node for n in results)
                 search = plan.send(results)
         except StopIteration as done:
             return done.value
-
-    def _translate(
-        self, search: MemorySearch, vector: List[float]
-    ) -> tuple[VectorStoreQuery, dict[str, Any]]:
-        """The engine's form of one search: Edge reads MetadataFilters itself; for
-        qdrant-client they become a Qdrant filter, and the search is exact (no HNSW)."""
-        filters = search.metadata_filters(self._policy.date_key)
-        ids = None if search.ids is None else list(search.ids)
-        if isinstance(self._vector_store, QdrantVectorStore):
-            query = VectorStoreQuery(query_embedding=vector, similarity_top_k=search.limit)
-            kwargs: dict[str, Any] = {"qdrant_filters": qdrant_selection(ids, filters)}
-            if not _is_local(self._vector_store.client or self._vector_store._aclient):
-                kwargs["search_params"] = models.SearchParams(exact=True)  # a server's HNSW is approximate
-            return query, kwargs
-        query = VectorStoreQuery(
-            query_embedding=vector, similarity_top_k=search.limit, filters=filters, node_ids=ids
-        )
-        return query, {}
 
     # --- collection checks, done once --------------------------------------------------------
 
@@ -320,10 +303,10 @@ class QdrantRecencyRetriever(BaseRetriever):
             if not self._ready:
                 self._check_counts(store.count(), store.count(filters=self._dated_filters))
             return self._ready
-        client = _sync_client(store)
+        client = sync_client(store)
         if not self._ready and client.collection_exists(store.collection_name):
-            if not _is_local(client):
-                for key, schema in self._payload_indexes():
+            if not is_local(client):
+                for key, schema in payload_indexes(self._policy.date_key):
                     client.create_payload_index(store.collection_name, key, field_schema=schema)
             self._check_counts(
                 client.count(store.collection_name, exact=True).count,
@@ -337,8 +320,8 @@ class QdrantRecencyRetriever(BaseRetriever):
         assert isinstance(store, QdrantVectorStore)
         client = store._aclient
         if not self._ready and await client.collection_exists(store.collection_name):
-            if not _is_local(client):
-                for key, schema in self._payload_indexes():
+            if not is_local(client):
+                for key, schema in payload_indexes(self._policy.date_key):
                     await client.create_payload_index(
                         store.collection_name, key, field_schema=schema
                     )
@@ -366,15 +349,6 @@ class QdrantRecencyRetriever(BaseRetriever):
 
     def _dated(self) -> models.Filter:
         return to_qdrant_filter(self._dated_filters)
-
-    def _payload_indexes(self) -> list[tuple[str, Any]]:
-        """On a server: a datetime index for the tier searches, a tenant index for users, a
-        keyword index for the successor searches."""
-        return [
-            (self._policy.date_key, models.PayloadSchemaType.DATETIME),
-            (USER_ID_KEY, models.KeywordIndexParams(type="keyword", is_tenant=True)),
-            (SUPERSEDES_KEY, models.PayloadSchemaType.KEYWORD),
-        ]
 
     # --- plumbing ------------------------------------------------------------------------------
 
@@ -524,47 +498,5 @@ class _Refit:
             logger.warning("the gate was not refitted: %s: %s", type(error).__name__, error)
 
 
-def _scored(
-    result: VectorStoreQueryResult, scale: Optional[QueryScale]
-) -> Sequence[NodeWithScore]:
-    nodes = result.nodes or []
-    scored = [
-        NodeWithScore(node=node, score=score)
-        for node, score in zip(nodes, result.similarities or [], strict=True)
-    ]
-    return scored if scale is None else scale.apply(scored)
-
-
-def _missing_vectors(results: Sequence[NodeWithScore]) -> list[str]:
-    return [n.node.node_id for n in results if not n.node.embedding]
-
-
-def _attach_vectors(results: Sequence[NodeWithScore], stored: Sequence[BaseNode]) -> None:
-    """Give each result its stored embedding (a query returns payloads only)."""
-    vectors = {node.node_id: node.embedding for node in stored}
-    for result in results:
-        if not result.node.embedding:
-            result.node.embedding = vectors.get(result.node.node_id)
-
-
 def _bundle(query: QueryType) -> QueryBundle:
     return QueryBundle(query_str=query) if isinstance(query, str) else query
-
-
-def _sync_client(store: QdrantVectorStore) -> Any:
-    if store.client is None:
-        raise InvalidInputError(
-            "this vector store has only an async Qdrant client; use aretrieve / aexplain"
-        )
-    return store.client
-
-
-def _has_async_client(store: BasePydanticVectorStore) -> bool:
-    # QdrantVectorStore has no public accessor for its async client.
-    return isinstance(store, QdrantVectorStore) and store._aclient is not None
-
-
-def _is_local(client: Any) -> bool:
-    """qdrant-client's embedded mode (in memory or on disk), where payload indexes do nothing."""
-    options = client.init_options
-    return options.get("location") == ":memory:" or options.get("path") is not None

@@ -15,7 +15,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "ranking": ("scoring", "search", "supersession", "cohort", "events", "intent", "vague",
                 "text", "language", "gate_fit"),
     # stores, engines, embedding models
-    "storage": ("filters", "edge_points", "edge_files", "edge", "store_access", "store_metadata",
+    "storage": ("filters", "engine", "edge_points", "edge_files", "edge", "store_access", "store_metadata",
                 "migration", "store", "embeddings", "models"),
     # the one write, update / forget / relink, extraction, outbox, backup
     "writing": ("updates", "links", "extraction", "writer", "outbox", "memory_file", "backup"),
