@@ -11,7 +11,9 @@ so the same rule holds in languages whose sentences all sit close together). If 
 score is within ``supersede_margin`` of A's, B is placed right before A; A is never
 dropped by this step, only moved below B (it may then fall past ``top_n``). Like a linked
 successor, B enters the prompt with a passing A even when B's own score is under the
-threshold. Questions about the past skip the step (``RecencyPolicy.for_intent``).
+threshold. Questions about the past or an event skip the step
+(``RecencyPolicy.for_intent``). Written links win: a memory with a written successor, or
+one that names what it supersedes, is paired by its links only.
 
 :func:`newer_versions_first` is the I/O-free rule; :func:`with_newer_versions` is the step
 of a search plan that fetches the candidates' vectors through the engine.
@@ -30,7 +32,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_recency.records import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
 from llama_index_recency.scoring import RankedMemory, RecencyPolicy, RecencyRanking
-from llama_index_recency.search import MemorySearch, SearchPlan, candidate_floor
+from llama_index_recency.search import FIRST_LIMIT, MemorySearch, SearchPlan, candidate_floor
 
 
 def with_newer_versions(
@@ -40,7 +42,8 @@ def with_newer_versions(
     filters: Optional[MetadataFilters] = None,
 ) -> SearchPlan:
     """A plan step: the question's top ``supersede_window`` candidates with their vectors (and
-    the ranking's other rows), then :func:`newer_versions_first` over them."""
+    the ranking's other rows) and the memories whose ``supersedes`` names one of them, then
+    :func:`newer_versions_first` over them."""
     if policy.supersede_margin is None or all(row.age_days is None for row in ranking.rows):
         return ranking
     window = list((yield MemorySearch(limit=policy.supersede_window, filters=filters,
@@ -50,7 +53,15 @@ def with_newer_versions(
     if missing:
         window += (yield MemorySearch(limit=len(missing), filters=filters, ids=missing,
                                       with_vectors=True))
-    return newer_versions_first(ranking, window, policy, reference)
+    named = tuple(sorted(candidate.node.node_id for candidate in window))
+    limit = max(FIRST_LIMIT, 2 * len(named))
+    while True:  # widened until it comes back short, so no successor is cut off
+        successors = list((yield MemorySearch(limit=limit, filters=filters,
+                                              linked=(SUPERSEDES_KEY, named))))
+        if len(successors) < limit:
+            break
+        limit *= 4
+    return newer_versions_first(ranking, window, policy, reference, successors)
 
 
 def newer_versions_first(
@@ -58,13 +69,16 @@ def newer_versions_first(
     candidates: Sequence[NodeWithScore],
     policy: RecencyPolicy,
     reference: datetime,
+    successors: Sequence[NodeWithScore] = (),
 ) -> RecencyRanking:
     """``ranking`` with each newer version placed right before the older one it nearly repeats.
 
     ``candidates`` are scored (relevance) nodes carrying their embeddings: the question's
-    top candidates, including every row of ``ranking``. Candidates that could pass and
-    are not rows yet become rows. Without ``supersede_margin``, fewer than three vectors
-    or no spread among them, ``ranking`` is returned as it is.
+    top candidates, including every row of ``ranking``. ``successors``: memories whose
+    ``supersedes`` names a candidate (a candidate with a written successor is paired by
+    that link only). Candidates that could pass and are not rows yet become rows. Without
+    ``supersede_margin``, fewer than three vectors or no spread among them, ``ranking`` is
+    returned as it is.
     """
     margin = policy.supersede_margin
     if margin is None:
@@ -74,7 +88,7 @@ def newer_versions_first(
         return ranking
     window = sorted(nodes.values(), key=lambda c: (-(c.score or 0.0), c.node.node_id))
     window = window[: max(policy.supersede_window, len(ranking.rows))]
-    nearest = _with_links(_versions(window, policy.supersede_z), window)
+    nearest = _with_links(_versions(window, policy.supersede_z), window, successors)
     if not nearest:
         return ranking
     partners = {nearest[row.node_id] for row in ranking.rows if row.node_id in nearest}
@@ -116,19 +130,25 @@ def _versions(window: Sequence[NodeWithScore], z: float) -> dict[str, str]:
             if a in nearest_two[b] and similarity[a, b] >= cut}
 
 
-def _with_links(nearest: dict[str, str], window: Sequence[NodeWithScore]) -> dict[str, str]:
-    """Written links win: a memory that a candidate ``supersedes`` (or that names a candidate
-    in a legacy ``superseded_by``) takes that candidate as its version, whatever the vectors
-    say."""
+def _with_links(nearest: dict[str, str], window: Sequence[NodeWithScore],
+                successors: Sequence[NodeWithScore]) -> dict[str, str]:
+    """Written links win: a memory that a candidate or a successor ``supersedes`` (or that
+    names a candidate in a legacy ``superseded_by``) takes that one as its version, whatever
+    the vectors say, and a memory naming what it supersedes is no other's version by them."""
     ids = {candidate.node.node_id for candidate in window}
     linked: dict[str, str] = {}
-    for candidate in window:
+    writers: set[str] = set()
+    for candidate in [*window, *successors]:
         for older in candidate.node.metadata.get(SUPERSEDES_KEY) or []:
             linked.setdefault(str(older), candidate.node.node_id)
+            writers.add(candidate.node.node_id)
+    for candidate in window:
         for newer in candidate.node.metadata.get(SUPERSEDED_BY_KEY) or []:
             if newer in ids:
                 linked.setdefault(candidate.node.node_id, str(newer))
-    return {**nearest, **linked}
+    by_vectors = {older: newer for older, newer in nearest.items()
+                  if older not in linked and newer not in writers}
+    return {**by_vectors, **linked}
 
 
 def _rows_with_window(

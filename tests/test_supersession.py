@@ -102,6 +102,28 @@ def test_a_question_about_the_past_is_never_reordered() -> None:
     assert POLICY.for_intent("past").supersede_margin is None
 
 
+def test_a_memory_with_a_written_successor_is_paired_by_its_link_only() -> None:
+    """The writer linked "old" to a successor the question ranks low (not a candidate): a
+    newer candidate that only looks like a version of "old" does not take its place."""
+    nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.78, "2026-11-01")},
+                       twins={"new": "old"})
+    successor = NodeWithScore(node=TextNode(id_="succ", text="succ", metadata={
+        "date": "2026-10-01", SUPERSEDES_KEY: ["old"]}), score=0.40)
+    reference = POLICY.reference()
+    ranking = newer_versions_first(POLICY.rank(nodes, reference), nodes, POLICY, reference,
+                                   [successor])
+    assert [row.node_id for row in ranking.rows][:2] == ["old", "new"]
+    assert not any("version" in row.reason for row in ranking.rows)
+    assert ranked(nodes)[:2] == ["new", "old"]  # without the link the vectors pair them
+
+
+def test_a_memory_naming_what_it_supersedes_is_no_other_memorys_version() -> None:
+    nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.78, "2026-11-01")},
+                       twins={"new": "old"})
+    nodes[-1].node.metadata[SUPERSEDES_KEY] = ["f3"]
+    assert ranked(nodes)[:2] == ["old", "new"]
+
+
 def test_a_question_about_an_event_is_never_reordered() -> None:
     nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.76, "2026-11-01")},
                        twins={"new": "old"})
