@@ -34,6 +34,8 @@ PRESENT_PATTERNS: list[str] = [
     r"\bat present\b",
     r"\bthis (?:week|month|year)\b",
     r"\bthe latest\b",
+    r"\bend(?:ed|s)? up\b",  # "What did I end up buying?" asks for the outcome, as 結局 does
+    r"\bin the end\b",
     r"最近",
     r"今(?!度|後|朝|晩|夜|日|週|月|年|回|更)",  # 今 (now), not 今度 (next time), 今日 (today), …
     r"(?<![てでい])いま(?![すせし])",  # not the verb ending 〜ています

@@ -84,6 +84,8 @@ def test_questions_about_an_event(question: str) -> None:
 
 @pytest.mark.parametrize("question", [
     "What did I say I drink these days?",
+    "Which keyboard did I end up buying?",
+    "Where did we go in the end?",
     "Where was I living now, again?",
 ])
 def test_a_present_marker_wins_over_the_simple_past(question: str) -> None:
