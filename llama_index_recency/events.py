@@ -15,7 +15,8 @@ from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.events.base import BaseEvent
 
 from llama_index_recency.intent import Intent
-from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
+from llama_index_recency.ranked import RecencyRanking
+from llama_index_recency.scoring import RecencyPolicy
 
 dispatcher = get_dispatcher(__name__)
 

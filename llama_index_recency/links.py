@@ -25,7 +25,8 @@ from llama_index.core.vector_stores.types import MetadataFilters
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.records import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY, is_memory_id
 from llama_index_recency.dates import parse_memory_date
-from llama_index_recency.scoring import RankedMemory, RecencyPolicy, RecencyRanking
+from llama_index_recency.ranked import RankedMemory, RecencyRanking
+from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.filters import memory_scope
 from llama_index_recency.search import FIRST_LIMIT, MemorySearch, SearchPlan
 from llama_index_recency.store import MemoryStore, get_memories, get_memory, index_policy

@@ -12,7 +12,8 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.cohort import relevance_cohort
-from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
+from llama_index_recency.ranked import RecencyRanking
+from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.supersession import newer_versions_first
 
 logger = logging.getLogger(__name__)

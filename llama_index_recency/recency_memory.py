@@ -35,7 +35,8 @@ from llama_index_recency.records import memory_node
 from llama_index_recency.memory_block import RecencyMemoryBlock
 from llama_index_recency.models import offline_embedding
 from llama_index_recency.retriever import QdrantRecencyRetriever
-from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
+from llama_index_recency.ranked import RecencyRanking
+from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.store import (
     close_memory_index,
     get_memories,

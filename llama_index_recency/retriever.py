@@ -57,7 +57,8 @@ from llama_index_recency.gate_fit import (
     refit_due,
 )
 from llama_index_recency.intent import question_intent
-from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
+from llama_index_recency.ranked import RecencyRanking
+from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.search import SearchPlan, dated_filter, exact_recency_search
 from llama_index_recency.supersession import with_newer_versions
 from llama_index_recency.store import (

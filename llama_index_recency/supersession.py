@@ -31,7 +31,8 @@ from llama_index.core.schema import NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_recency.records import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
-from llama_index_recency.scoring import RankedMemory, RecencyPolicy, RecencyRanking
+from llama_index_recency.ranked import RankedMemory, RecencyRanking
+from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.search import FIRST_LIMIT, MemorySearch, SearchPlan, candidate_floor
 
 

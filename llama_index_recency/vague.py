@@ -55,7 +55,8 @@ from llama_index.core.schema import NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_recency.dates import parse_memory_date
-from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
+from llama_index_recency.ranked import RecencyRanking
+from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.search import SCORE_SLACK, MemorySearch, SearchPlan
 
 VAGUE_WINDOW_DAYS = 14.0

@@ -62,7 +62,8 @@ from llama_index_recency.outbox import Outbox, outbox_path
 from llama_index_recency.postprocessor import RecencyBonusPostprocessor
 from llama_index_recency.prompts import RETRIEVED_MEMORY_PROMPT
 from llama_index_recency.retriever import QdrantRecencyRetriever
-from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
+from llama_index_recency.ranked import RecencyRanking
+from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.store import (
     close_memory_index,
     count_memories,

@@ -21,7 +21,8 @@ from llama_index_recency.policy_fit import PolicyFit
 from llama_index_recency.cli.session import Location, Written
 from llama_index_recency.records import USER_ID_KEY
 from llama_index_recency.models import LLM_BASE_URL_ENV
-from llama_index_recency.scoring import RecencyPolicy, RecencyRanking
+from llama_index_recency.ranked import RecencyRanking
+from llama_index_recency.scoring import RecencyPolicy
 
 _CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
