@@ -46,7 +46,6 @@ from llama_index.core.schema import NodeWithScore, TextNode
 from llama_index_recency.cohort import QueryScale, relevance_cohort
 from llama_index_recency.examples import EXAMPLE_REFERENCE_DATE, example_memories, example_questions
 from llama_index_recency.gate import fit_gate, noise_margin
-from llama_index_recency.intent import question_intent
 from llama_index_recency.records import memory_node
 from llama_index_recency.models import CALIBRATED_POLICIES, minilm_embedding, offline_embedding
 from llama_index_recency.scoring import RecencyPolicy
@@ -201,7 +200,7 @@ class Ranker:
     def top(self, vector: np.ndarray, policy: RecencyPolicy, k: int,
             question: str = "") -> list[tuple[int, float]]:
         """The top ``k`` memories by final score (threshold off): (index, final)."""
-        policy = policy.for_intent(question_intent(question))
+        policy = policy.for_question(question)
         relevance = self.relevance(vector, policy)
         kth = np.sort(relevance)[-min(k, len(relevance))]
         return self._rank(relevance, kth - policy.weight, policy, k, -1e9)
@@ -209,7 +208,7 @@ class Ranker:
     def kept(self, vector: np.ndarray, policy: RecencyPolicy,
              question: str = "") -> list[tuple[int, float]]:
         """What reaches the prompt: at most top_n with final >= threshold."""
-        policy = policy.for_intent(question_intent(question))
+        policy = policy.for_question(question)
         relevance = self.relevance(vector, policy)
         return self._rank(relevance, policy.threshold - policy.weight, policy, policy.top_n,
                           policy.threshold)
@@ -310,8 +309,9 @@ def self_calibrated(stores: Sequence[Store], rankers: dict[str, Ranker], policy:
         ranker = rankers[store.name + store.source]
         best = {lang: [ranker.best_final(v, policy) for _, v in questions]
                 for lang, questions in tune_bank.items()}
-        fitted = fit_gate(best, margin=noise_margin(policy)).threshold
-        own = policy.model_copy(update={"threshold": fitted})
+        fitted = fit_gate(best, margin=noise_margin(policy))
+        own = policy.model_copy(update={"threshold": fitted.threshold,
+                                        "language_thresholds": fitted.thresholds})
         tally = measure([store], rankers, own, bank)
         for k in total.hits:
             total.hits[k] += tally.hits[k]
@@ -333,7 +333,8 @@ def spread(stores: Sequence[Store], rankers: dict[str, Ranker], policy: RecencyP
     rows = []
     for store in stores:
         own = fitted_threshold([store], rankers, policy, bank)
-        at_own = measure([store], rankers, policy.model_copy(update={"threshold": own}), {})
+        at_own = measure([store], rankers, policy.model_copy(
+            update={"threshold": own, "language_thresholds": {}}), {})
         at_shipped = measure([store], rankers, policy, {})
         n = max(at_own.questions, 1)
         rows.append((store.source, own, at_own.evidence_in / n, at_shipped.evidence_in / n))
@@ -405,8 +406,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             tune, rankers, cosine, banks["tune"])})
         policies = [(f"cosine, threshold {cosine.threshold:.3f} (5% on the tune fact stores)",
                      cosine),
-                    (f"default {default.relevance} {default.weight:g}/{default.tau_days:g}/"
-                     f"{default.threshold:g}", default)]
+                    (f"default {default.relevance} {default.weight:g}/{default.tau_days:g}, "
+                     f"{default.gate_description()}", default)]
         if model_name == "e5":
             policies.insert(1, ("0.2.0 shipped 0.05638/14/0.853", OLD_E5))
         flat = {k: v for k, v in CALIBRATED_POLICIES[model.model_name].items()
