@@ -37,7 +37,7 @@ class MemoryRankingRow(BaseModel):
 
 class MemoryRankingEvent(BaseEvent):
     """A memory ranking: the policy it used (for the question's language and intent), one row
-    per candidate shown, the question's intent, the vague-path flag, and which threshold it
+    per candidate shown, the question's intent, the vague-path and news flags, and which threshold it
     met: the question's language, the language whose threshold was used (None: one for
     every language) and where that threshold came from."""
 
@@ -45,6 +45,7 @@ class MemoryRankingEvent(BaseEvent):
     rows: list[MemoryRankingRow]
     intent: Intent = "neutral"
     vague: bool = False
+    news: bool = False
     language: str = "en"
     threshold_language: Optional[str] = None
     threshold_origin: str = "shipped"
@@ -62,6 +63,7 @@ def dispatch_ranking(policy: RecencyPolicy, ranking: RecencyRanking) -> None:
                                final=row.final, verdict=row.reason) for row in ranking.rows],
         intent=ranking.intent,
         vague=ranking.vague,
+        news=ranking.news,
         language=ranking.language,
         threshold_language=ranking.threshold_language,
         threshold_origin=ranking.threshold_origin,

@@ -94,24 +94,25 @@ topic is not a newer version of it. Japanese has no list: its past form also mar
 of a present fact (「何だったっけ？」)."""
 
 
-@lru_cache(maxsize=8)
-def _compiled(patterns: tuple[str, ...]) -> re.Pattern[str]:
-    return re.compile("|".join(patterns), re.IGNORECASE)
+@lru_cache(maxsize=16)
+def compiled_patterns(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One case-insensitive expression matching any of ``patterns`` (none: nothing)."""
+    return re.compile("|".join(patterns) or "(?!)", re.IGNORECASE)
 
 
 def points_to_past(question: str) -> bool:
     """True when ``question`` contains one of :data:`PAST_POINTING_PATTERNS`."""
-    return _compiled(tuple(PAST_POINTING_PATTERNS)).search(question) is not None
+    return compiled_patterns(tuple(PAST_POINTING_PATTERNS)).search(question) is not None
 
 
 def asks_about_present(question: str) -> bool:
     """True when ``question`` contains one of :data:`PRESENT_PATTERNS`."""
-    return _compiled(tuple(PRESENT_PATTERNS)).search(question) is not None
+    return compiled_patterns(tuple(PRESENT_PATTERNS)).search(question) is not None
 
 
 def asks_about_event(question: str) -> bool:
     """True when ``question`` contains one of :data:`EVENT_PATTERNS`."""
-    return _compiled(tuple(EVENT_PATTERNS)).search(question) is not None
+    return compiled_patterns(tuple(EVENT_PATTERNS)).search(question) is not None
 
 
 def question_intent(question: str) -> Intent:

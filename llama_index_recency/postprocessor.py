@@ -12,6 +12,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.cohort import relevance_cohort
+from llama_index_recency.news import about_the_news
 from llama_index_recency.ranked import RecencyRanking
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.supersession import newer_versions_first
@@ -70,7 +71,8 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         query_bundle: Optional[QueryBundle] = None,
     ) -> RecencyRanking:
         """Score every candidate and say which are kept and why (raw, age, bonus, final),
-        with the bonus the question's intent calls for and newer versions placed first."""
+        with the bonus the question's intent calls for and newer versions placed first (none
+        kept for a question about the news)."""
         policy = self if query_bundle is None else self.for_question(query_bundle.query_str)
         if self.relevance == "cohort":
             nodes = self._cohort_scaled(nodes, query_bundle)
@@ -78,9 +80,9 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         ranking = policy.rank(nodes, reference)
         if query_bundle is not None:
             ranking = self.asked(ranking, query_bundle.query_str)
-        if policy.supersede_margin is None:
-            return ranking
-        return newer_versions_first(ranking, self._with_vectors(nodes), policy, reference)
+        if policy.supersede_margin is not None:
+            ranking = newer_versions_first(ranking, self._with_vectors(nodes), policy, reference)
+        return ranking if query_bundle is None else about_the_news(ranking, query_bundle.query_str)
 
     def _with_vectors(self, nodes: List[NodeWithScore]) -> List[NodeWithScore]:
         """The candidates with embeddings: their own, else computed by ``embed_model``; without

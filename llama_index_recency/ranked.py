@@ -51,6 +51,9 @@ class RecencyRanking:
     vague: bool = False
     """The question was a vague reference (:func:`~llama_index_recency.vague.is_vague_reference`):
     recent memories were listed so the character can ask back which one is meant."""
+    news: bool = False
+    """The question asked about the news (:func:`~llama_index_recency.news.asks_about_the_news`):
+    no memory enters the prompt."""
     intent: Intent = "neutral"
     """What the question asked of time (:func:`~llama_index_recency.intent.question_intent`),
     which chose the bonus (:meth:`RecencyPolicy.for_intent`)."""

@@ -45,6 +45,7 @@ from llama_index_recency.engine import (
 from llama_index_recency.events import dispatch_ranking
 from llama_index_recency.filters import memory_scope, to_qdrant_filter
 from llama_index_recency.links import with_successors
+from llama_index_recency.news import about_the_news, asks_about_the_news
 from llama_index_recency.records import SeveralUsersWarning
 from llama_index_recency.gate_fit import (
     BANK_LANGUAGES,
@@ -227,17 +228,17 @@ class QdrantRecencyRetriever(BaseRetriever):
         """The exact ranking with the bonus the question's intent calls for, newer versions
         placed before the older ones they repeat, each superseded memory's newest linked
         successor placed before it, then for a vague reference the recent memories in the
-        places left."""
+        places left; for a question about the news, no memory."""
         policy = self._policy.for_question(bundle.query_str)
         reference = policy.reference()
         ranking = yield from exact_recency_search(policy, reference, self._filters)
         ranking = self._policy.asked(ranking, bundle.query_str)
         ranking = yield from with_newer_versions(ranking, policy, reference, self._filters)
         ranking = yield from with_successors(ranking, policy, reference, self._filters)
-        if self._vague_window_days is None or not is_vague_reference(bundle.query_str):
-            return ranking
-        return (yield from with_recent(ranking, policy, reference, self._filters,
-                                       self._vague_window_days))
+        if self._vague_window_days is not None and is_vague_reference(bundle.query_str):
+            ranking = yield from with_recent(ranking, policy, reference, self._filters,
+                                             self._vague_window_days)
+        return about_the_news(ranking, bundle.query_str)
 
     def _policy_for(self, bundle: QueryBundle) -> RecencyPolicy:
         """The policy a question is ranked with (:meth:`RecencyPolicy.for_question`)."""
@@ -394,7 +395,8 @@ def offtopic_best(
     banks = questions or {lang: offtopic_questions(lang) for lang in BANK_LANGUAGES}
     identity = embedding_identity(vector_store_of(store)) or {}
     best: dict[str, list[float]] = {}
-    for lang, texts in banks.items():
+    for lang, asked in banks.items():
+        texts = [text for text in asked if not asks_about_the_news(text)]  # they bring nothing
         vectors = cached_embeddings(embed_model, list(texts), query=True,
                                     dimensions=identity.get("dimensions"))
         for text, vector in zip(texts, vectors, strict=True):

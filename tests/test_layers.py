@@ -12,7 +12,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # what a memory is: keys, ids, memory_node, the errors, the demo data
     "records": ("errors", "dates", "records", "memory", "examples", "data"),
     # the policy math, the I/O-free search plan and its steps, relevance units, text rules
-    "ranking": ("ranked", "scoring", "search", "supersession", "cohort", "events", "intent", "vague",
+    "ranking": ("ranked", "scoring", "search", "supersession", "cohort", "events", "intent", "news", "vague",
                 "text", "language", "gate_fit"),
     # stores, engines, embedding models
     "storage": ("filters", "engine", "edge_points", "edge_files", "edge", "store_access", "store_metadata",

@@ -82,6 +82,8 @@ def ranking_table(title: Text, ranking: RecencyRanking) -> Table:
         table.caption.append(f"\n{INTENT_CAPTIONS[ranking.intent]}", style="italic")
     if ranking.vague:
         table.caption.append(f"\n{VAGUE_CAPTION}", style="italic")
+    if ranking.news:
+        table.caption.append(f"\n{NEWS_CAPTION}", style="italic")
     return table
 
 
@@ -93,6 +95,8 @@ INTENT_CAPTIONS = {
 
 
 VAGUE_CAPTION = "vague reference: recent memories listed to ask back"
+
+NEWS_CAPTION = "question about the news: no personal memory answers it"
 
 
 def llm_line(llm: LLM | None) -> Text:
