@@ -43,9 +43,9 @@ CALIBRATED_POLICIES: dict[str, dict[str, Any]] = {
                        "language_thresholds": {"en": 0.818, "ja": 0.8321},
                        "present_weight": 0.02, "present_tau_days": 365.0, "past_weight": 0.0,
                        "supersede_margin": 0.054, "supersede_z": 0.5},
-    # English only (it separates nothing in Japanese). The same benchmark: 0.2.0's labelled
-    # fit (0.09516 / 30 / 0.29) cost 3.8 points of LoCoMo recall@5; ~1/13 of its cosine sd
-    # stays level with cosine, and the threshold lets ~5% of the bank into fact stores.
+    # English only (it separates nothing in Japanese). The same benchmark: a labelled fit on
+    # the bundled set (0.09516 / 30 / 0.29) costs 3.8 points of LoCoMo recall@5; ~1/13 of its
+    # cosine sd stays level with cosine, and the threshold lets ~5% of the bank into fact stores.
     MINILM_EMBEDDING: {"weight": 0.007, "tau_days": 14.0, "threshold": 0.27,
                        "present_weight": 0.067, "present_tau_days": 365.0, "past_weight": 0.0,
                        "supersede_margin": 0.18, "supersede_z": 0.5},
