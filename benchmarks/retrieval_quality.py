@@ -400,7 +400,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         # sentences (a raw-turn store is calibrated on itself, the "self-calibrated" rows).
         tune = [s for s in stores if s.split == "tune" and not s.source.endswith("turns")
                 and s.source != "locomo"]
-        default = RecencyPolicy(**CALIBRATED_POLICIES[model.model_name])
+        default = RecencyPolicy(**CALIBRATED_POLICIES[model.model_name],
+                                threshold_origin="shipped")
         cosine = RecencyPolicy(weight=0.0, threshold=0.0)
         cosine = cosine.model_copy(update={"threshold": fitted_threshold(
             tune, rankers, cosine, banks["tune"])})
