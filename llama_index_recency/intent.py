@@ -86,12 +86,13 @@ Japanese."""
 
 
 EVENT_PATTERNS: list[str] = [
-    r"\b(?:did|was|were)\b(?! *(?:wondering|thinking|hoping)\b)",
+    # not "I was wondering…", nor a recall ("What was my dog's name again?")
+    r"^(?!.*\bagain\b).*\b(?:did|was|were)\b(?! *(?:wondering|thinking|hoping)\b)",
 ]
 """Regular expressions (case-insensitive) for a question in the English simple past ("When
 did…", "What was…"): it asks about something that happened, and a newer memory on the same
-topic is not a newer version of it. Japanese has no list: its past form also marks recall
-of a present fact (「何だったっけ？」)."""
+topic is not a newer version of it. "…again?" asks to recall a fact, not an event. Japanese
+has no list: its past form also marks recall of a present fact (「何だったっけ？」)."""
 
 
 @lru_cache(maxsize=16)

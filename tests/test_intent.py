@@ -58,6 +58,7 @@ def test_past_questions(question: str) -> None:
     "What do I drink before bed?",
     "I'm used to black coffee.",
     "I was wondering how I take my coffee.",
+    "What was my dog's name again?",
     "Today is a good day for a walk, isn't it?",
     "コーヒーってどう飲んでるんだっけ？",
     "今日の天気はどう？",
