@@ -197,14 +197,20 @@ class FinalWriteError(MemoryWriteError):
 class InvalidSettingError(InvalidInputError):
     """A setting of a policy, postprocessor or memory block that its class refuses.
 
-    ``problems`` holds (field, value, reason) for each refused field; a rule across fields
-    has field "" and the whole instruction as its reason."""
+    ``problems`` holds (field, value, reason) for each refused field; a missing field has
+    reason "required", a rule across fields has field "" and the whole instruction as its
+    reason."""
 
     def __init__(self, model: str, problems: list[tuple[str, Any, str]]) -> None:
-        self.problems = problems
+        self.model, self.problems = model, problems
         super().__init__(f"{model}: " + "; ".join(
-            reason if not field else f"{field} is required" if value is _MISSING
+            reason if not field else f"{field} is required" if reason == "required"
             else f"{field}={value!r}: {reason}" for field, value, reason in problems))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from what it was made of (its args hold only the message), so it crosses
+        # a process boundary and copies.
+        return type(self), (self.model, self.problems)
 
 
 class OneLineValidation:
@@ -217,9 +223,7 @@ class OneLineValidation:
         except ValidationError as error:
             raise InvalidSettingError(type(self).__name__, [
                 (".".join(str(part) for part in problem["loc"]),
-                 _MISSING if problem["type"] == "missing" else problem["input"],
-                 str(problem["msg"]).removeprefix("Value error, "))
+                 None if problem["type"] == "missing" else problem["input"],
+                 "required" if problem["type"] == "missing"
+                 else str(problem["msg"]).removeprefix("Value error, "))
                 for problem in error.errors(include_url=False)]) from None
-
-
-_MISSING = object()

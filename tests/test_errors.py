@@ -3,6 +3,8 @@ each keeps its standard base, and a failed write says whether asking again can h
 
 from __future__ import annotations
 
+import copy
+import pickle
 from datetime import date
 
 import pytest
@@ -16,6 +18,7 @@ from llama_index_recency.errors import (
     EmbeddingMismatchError,
     FinalWriteError,
     FutureMemoryDateError,
+    InvalidSettingError,
     MemoryDateError,
     MemoryFileError,
     MemoryNotFoundError,
@@ -122,6 +125,16 @@ def test_a_refused_setting_is_one_line_naming_the_value(build, named: str) -> No
     assert isinstance(caught.value, ValueError)
     message = str(caught.value)
     assert named in message and "\n" not in message and "pydantic" not in message
+
+
+def test_a_refused_setting_crosses_a_process_boundary() -> None:
+    """Pickled (as a process pool sends it back) and copied, it keeps its message and fields."""
+    with pytest.raises(InvalidSettingError) as caught:
+        RecencyMemoryBlock(name=3)
+    for again in (pickle.loads(pickle.dumps(caught.value)), copy.copy(caught.value)):
+        assert (str(again), again.problems) == (str(caught.value), caught.value.problems)
+        assert str(again) == "RecencyMemoryBlock: name=3: Input should be a valid string; " \
+            "index is required"
 
 
 def test_an_undated_memory_under_a_raising_policy_is_a_recency_error() -> None:
