@@ -7,7 +7,8 @@ threshold keeps it out and the trip in. The question is about a broadcast, which
 memory answers, so no memory enters the prompt for it (:func:`about_the_news`). The rule is
 a fixed phrase list in English and Japanese, like :mod:`llama_index_recency.intent`; extend
 :data:`NEWS_PATTERNS` before the first question. "Any news on that?" (a vague reference to
-the user's own doings) and "good news" are not in it.
+the user's own doings), "good news" (「いいニュースです」) and someone who "was on the news"
+are not in it.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from llama_index_recency.intent import compiled_patterns
 from llama_index_recency.ranked import RecencyRanking
 
 NEWS_PATTERNS: list[str] = [
-    r"\b(?:on|in) the news\b",
+    # not someone who "was on the news" (the user's own news), nor "the news desk"
+    r"(?<!\bwas )(?<!\bwere )(?<!\bbeen )(?<!\bbe )(?<!\bis )(?<!\bam )(?<!\bare )"
+    r"\b(?:on|in) the news\b(?! ?(?:desk|team|room|station|channel|anchor))",
     r"\bthe news (?:say|says|said|report|reported|show|showed)\b",
     r"\bnews (?:report|broadcast|headline)s?\b",
-    r"ニュースで",
+    r"ニュースで(?!す|し|取り上げ|紹介)",  # not 「いいニュースです」 nor the user featured on it
     r"ニュースになって",
     r"報道(?:され|で|によると)",
 ]
@@ -41,5 +44,5 @@ def about_the_news(ranking: RecencyRanking, question: str) -> RecencyRanking:
     row says so); otherwise ``ranking`` itself."""
     if not asks_about_the_news(question):
         return ranking
-    return replace(ranking, nodes=(), news=True,
+    return replace(ranking, nodes=(), news=True, vague=False,
                    rows=tuple(row.judged(NEWS_VERDICT) for row in ranking.rows))

@@ -39,6 +39,12 @@ def test_questions_about_the_news(question: str) -> None:
     "Which newspaper do I read?",
     "この前のワールドカップってどこが優勝したの？",
     "私ってどこでニュースを読んでるんだっけ？",
+    "それはいいニュースですね、私の昇進の話覚えてる？",
+    "嬉しいニュースでした！覚えてる？",
+    "私がニュースで取り上げられた話、覚えてる？",
+    "Remember when I was on the news?",
+    "My daughter was on the news last week, what was her name?",
+    "What did I say about my job on the news desk?",
 ])
 def test_other_questions_are_not_about_the_news(question: str) -> None:
     assert not asks_about_the_news(question)
@@ -64,6 +70,11 @@ def test_the_bundled_sets_bring_nothing_for_deixis_questions_and_keep_h3(bundled
             assert retriever.retrieve(question) == [], (lang, question)
         h3 = next(q for q in example_questions(lang) if q.id == "H3")
         assert {n.node.metadata["key"] for n in retriever.retrieve(h3.text)} >= set(h3.targets)
+
+
+def test_a_vague_question_about_the_news_lists_nothing_to_ask_back(bundled) -> None:
+    ranking = bundled["en"].explain("What was that thing on the news the other day?")
+    assert ranking.news and not ranking.vague and ranking.nodes == ()
 
 
 def test_every_candidate_says_why_it_was_not_given(bundled) -> None:
