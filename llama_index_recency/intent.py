@@ -86,13 +86,16 @@ Japanese."""
 
 
 EVENT_PATTERNS: list[str] = [
-    # not "I was wondering…", nor a recall ("What was my dog's name again?")
-    r"^(?!.*\bagain\b).*\b(?:did|was|were)\b(?! *(?:wondering|thinking|hoping)\b)",
+    # Not a recall of something the user said or has ("What did I say I drink?", "What was
+    # my coffee order?", "What was my dog's name again?"), nor "I was wondering…".
+    r"^(?!.*\bagain\b).*(?:\bdid\b(?! (?:I|you|we) (?:say|tell|mention|ask)\b)"
+    r"|\b(?:was|were)\b(?! (?:my|our|wondering|thinking|hoping)\b))",
 ]
 """Regular expressions (case-insensitive) for a question in the English simple past ("When
 did…", "What was…"): it asks about something that happened, and a newer memory on the same
-topic is not a newer version of it. "…again?" asks to recall a fact, not an event. Japanese
-has no list: its past form also marks recall of a present fact (「何だったっけ？」)."""
+topic is not a newer version of it. A recall of what the user said or has ("What did I say
+I drink?", "What was my coffee order?", "…again?") is not an event. Japanese has no list:
+its past form also marks recall of a present fact (「何だったっけ？」)."""
 
 
 @lru_cache(maxsize=16)
