@@ -144,13 +144,16 @@ def _with_links(nearest: dict[str, str], window: Sequence[NodeWithScore],
         for older in candidate.node.metadata.get(SUPERSEDES_KEY) or []:
             linked.setdefault(str(older), candidate.node.node_id)
             writers.add(candidate.node.node_id)
+    superseded: set[str] = set()  # legacy back links, to a successor here or not
     for candidate in window:
         for newer in candidate.node.metadata.get(SUPERSEDED_BY_KEY) or []:
+            superseded.add(candidate.node.node_id)
             if newer in ids:
                 linked.setdefault(candidate.node.node_id, str(newer))
     user = {c.node.node_id: c.node.metadata.get(USER_ID_KEY) for c in window}
     by_vectors = {older: newer for older, newer in nearest.items()
-                  if older not in linked and newer not in writers and user[older] == user[newer]}
+                  if older not in linked and older not in superseded and newer not in writers
+                  and user[older] == user[newer]}
     return {**by_vectors, **linked}
 
 

