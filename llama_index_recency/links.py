@@ -28,7 +28,7 @@ from llama_index_recency.dates import parse_memory_date
 from llama_index_recency.ranked import RankedMemory, RecencyRanking
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.filters import memory_scope
-from llama_index_recency.search import FIRST_LIMIT, MemorySearch, SearchPlan
+from llama_index_recency.search import MemorySearch, SearchPlan, linked_memories
 from llama_index_recency.store import MemoryStore, get_memories, get_memory, index_policy
 
 LINK_KEYS = (SUPERSEDES_KEY, SUPERSEDED_BY_KEY)
@@ -106,15 +106,9 @@ def _one_level(
     todo: list[str], known: dict[str, NodeWithScore], direction: Direction,
     filters: Optional[MetadataFilters],
 ) -> Generator[MemorySearch, Sequence[NodeWithScore], list[NodeWithScore]]:
-    """The memories one link away from ``todo``: a filtered search (widened until it comes
-    back short, so none is cut off), then the named ids it did not already find."""
-    limit = max(FIRST_LIMIT, 4 * len(todo))
-    while True:
-        found = list((yield MemorySearch(limit=limit, filters=filters,
-                                         linked=(direction.naming_current, tuple(todo)))))
-        if len(found) < limit:
-            break
-        limit *= 4
+    """The memories one link away from ``todo``: a filtered search (:func:`linked_memories`),
+    then the named ids it did not already find."""
+    found = yield from linked_memories(direction.naming_current, tuple(todo), filters)
     have = known.keys() | {node.node.node_id for node in found}
     named = sorted({link for node_id in todo
                     for link in linked_ids(known[node_id].node, direction.named_by_current)} - have)

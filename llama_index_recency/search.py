@@ -106,6 +106,19 @@ SearchPlan = Generator[MemorySearch, Sequence[NodeWithScore], RecencyRanking]
 """Yields searches, receives each one's results (best raw cosine first), returns the ranking."""
 
 
+def linked_memories(
+    key: str, ids: tuple[str, ...], filters: Optional[MetadataFilters] = None
+) -> Generator[MemorySearch, Sequence[NodeWithScore], list[NodeWithScore]]:
+    """Every memory whose list under ``key`` names one of ``ids``, inside ``filters``: one
+    filtered search, widened until it comes back short, so none is cut off."""
+    limit = max(FIRST_LIMIT, 4 * len(ids))
+    while True:
+        found = list((yield MemorySearch(limit=limit, filters=filters, linked=(key, ids))))
+        if len(found) < limit:
+            return found
+        limit *= 4
+
+
 def exact_recency_search(
     policy: RecencyPolicy,
     reference: datetime,

@@ -33,7 +33,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 from llama_index_recency.records import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY
 from llama_index_recency.ranked import RankedMemory, RecencyRanking
 from llama_index_recency.scoring import RecencyPolicy
-from llama_index_recency.search import FIRST_LIMIT, MemorySearch, SearchPlan, candidate_floor
+from llama_index_recency.search import MemorySearch, SearchPlan, candidate_floor, linked_memories
 
 
 def with_newer_versions(
@@ -55,13 +55,7 @@ def with_newer_versions(
         window += (yield MemorySearch(limit=len(missing), filters=filters, ids=missing,
                                       with_vectors=True))
     named = tuple(sorted(candidate.node.node_id for candidate in window))
-    limit = max(FIRST_LIMIT, 2 * len(named))
-    while True:  # widened until it comes back short, so no successor is cut off
-        successors = list((yield MemorySearch(limit=limit, filters=filters,
-                                              linked=(SUPERSEDES_KEY, named))))
-        if len(successors) < limit:
-            break
-        limit *= 4
+    successors = yield from linked_memories(SUPERSEDES_KEY, named, filters)
     return newer_versions_first(ranking, window, policy, reference, successors)
 
 

@@ -13,7 +13,7 @@ from llama_index.core.schema import NodeWithScore, TextNode
 from llama_index_recency import RecencyPolicy
 from llama_index_recency.scoring import MemoryDateError
 from llama_index_recency.scoring import parse_memory_date
-from llama_index_recency.search import MemorySearch, exact_recency_search
+from llama_index_recency.search import MemorySearch, exact_recency_search, linked_memories
 
 REFERENCE = datetime(2026, 9, 10, tzinfo=timezone.utc)
 
@@ -141,3 +141,18 @@ def test_a_huge_tau_makes_tiers_of_every_dated_memory_instead_of_overflowing(tau
     policy = RecencyPolicy(weight=0.05, tau_days=tau_days, threshold=0.45, top_n=3)
     ranking, _ = run(policy, crowd, first_limit=4)
     assert [(n.node.node_id, n.score) for n in ranking.nodes] == everything(policy, crowd)
+
+
+def test_a_link_search_widens_until_it_comes_back_short() -> None:
+    """Successors are never cut off: a full page asks again for four times as many."""
+    def page(n: int) -> list[NodeWithScore]:
+        return [NodeWithScore(node=TextNode(id_=f"m{i}", text="m"), score=0.5) for i in range(n)]
+
+    plan = linked_memories("supersedes", ("a", "b"), None)
+    first = next(plan)
+    assert (first.limit, first.linked) == (16, ("supersedes", ("a", "b")))
+    second = plan.send(page(16))
+    assert second.limit == 64
+    with pytest.raises(StopIteration) as done:
+        plan.send(page(40))
+    assert [n.node.node_id for n in done.value.value] == [f"m{i}" for i in range(40)]
