@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Mapping
 from datetime import date
 from typing import Any, List, Optional, Sequence
@@ -63,8 +64,6 @@ from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.search import SearchPlan, dated_filter, exact_recency_search
 from llama_index_recency.supersession import with_newer_versions
 from llama_index_recency.store import (
-    GATE_METADATA_KEY,
-    POLICY_METADATA_KEY,
     MemoryVectorStore,
     count_memories,
     embedding_identity,
@@ -72,6 +71,7 @@ from llama_index_recency.store import (
     gate_refusal,
     has_saved_policy,
     index_policy,
+    policy_records,
     save_gate_fit,
     save_gate_refusal,
     vector_store_of,
@@ -81,6 +81,10 @@ from llama_index_recency.vague import VAGUE_WINDOW_DAYS, is_vague_reference, wit
 logger = logging.getLogger(__name__)
 
 _OPEN = -1e9  # a threshold every memory passes: the search then returns the best one
+
+STORE_CHECK_SECONDS = 60.0
+"""How often a retriever over a Qdrant server or qdrant-client's local mode reads the store's
+saved gate and size (two round trips); an in-process Edge store is read at every question."""
 
 
 class QdrantRecencyRetriever(BaseRetriever):
@@ -105,7 +109,9 @@ class QdrantRecencyRetriever(BaseRetriever):
     store grown to ``min_fit_memories`` (then to :data:`~llama_index_recency.gate_fit.REFIT_RATIO`
     times its last fit) is refitted on a background thread (:func:`refit_store_gate`)
     while questions are ranked with the current gate, and a fit saved by any writer is
-    adopted at the next question (Qdrant Edge stores; :meth:`wait_for_refit` waits for it).
+    adopted at the next question (:meth:`wait_for_refit` waits for it). A Qdrant Edge store
+    is read for this at every question; a server or local-mode store at most every
+    ``check_store_every`` seconds (a store with only an async client is not followed).
     """
 
     def __init__(
@@ -119,10 +125,12 @@ class QdrantRecencyRetriever(BaseRetriever):
         vague_window_days: Optional[float] = VAGUE_WINDOW_DAYS,
         callback_manager: Optional[CallbackManager] = None,
         min_fit_memories: int = MIN_FIT_MEMORIES,
+        check_store_every: float = STORE_CHECK_SECONDS,
     ) -> None:
         """``policy`` holds the parameters (a ``RecencyBonusPostprocessor`` is one);
         ``min_fit_memories``: the store size at which a retriever following the store's own
-        policy fits its gate."""
+        policy fits its gate; ``check_store_every``: seconds between two reads of a server
+        or local-mode store's gate and size (0: at every question)."""
         super().__init__(callback_manager=callback_manager)
         if vague_window_days is not None and not 0 < vague_window_days < float("inf"):
             raise InvalidInputError(
@@ -139,6 +147,11 @@ class QdrantRecencyRetriever(BaseRetriever):
         self._adopted: Any = None  # the store's saved policy and gate fit the policy came from
         self._next_try = 0  # fewest memories before this retriever launches a refit again
         self._refit: Optional[_Refit] = None
+        if not 0 <= check_store_every < float("inf"):
+            raise InvalidInputError(
+                f"check_store_every must be >= 0 seconds, got {check_store_every!r}")
+        self._check_every = check_store_every
+        self._checked: Optional[float] = None  # when a server store was last read (monotonic)
 
     @classmethod
     def from_index(
@@ -157,7 +170,7 @@ class QdrantRecencyRetriever(BaseRetriever):
                         policy=policy or index_policy(index), **kwargs)
         if policy is None:
             retriever._follows_store = True
-            retriever._adopted = _policy_records(retriever._vector_store)
+            retriever._adopted = policy_records(retriever._vector_store)
         return retriever
 
     @property
@@ -172,7 +185,7 @@ class QdrantRecencyRetriever(BaseRetriever):
         if refit is None:
             return None
         refit.thread.join()
-        self._follow_store()
+        self._follow_store(read_now=True)
         return refit.fit
 
     def explain(self, query: QueryType) -> RecencyRanking:
@@ -244,23 +257,36 @@ class QdrantRecencyRetriever(BaseRetriever):
         """The policy a question is ranked with (:meth:`RecencyPolicy.for_question`)."""
         return self._policy.for_question(bundle.query_str)
 
-    def _follow_store(self) -> None:
+    def _follow_store(self, read_now: bool = False) -> None:
         """Following the store's policy: adopt a gate (or explicit policy) saved since, and
-        launch a background refit when the store grew enough for one (Edge stores)."""
+        launch a background refit when the store grew enough for one."""
         store = self._vector_store
-        if not self._follows_store or not isinstance(store, QdrantEdgeVectorStore):
+        if not self._follows_store or not (read_now or self._store_read_due(store)):
             return
-        records = _policy_records(store)
+        records = policy_records(store)
         if records != self._adopted:
             self._policy, self._adopted = index_policy(store), records
         if self._refit is not None and self._refit.thread.is_alive():
             return
-        memories = store.count()
+        memories = count_memories(store)
         if memories < self._next_try or not _due(store, self._min_fit_memories, memories):
             return
         self._next_try = math.ceil(REFIT_RATIO * memories)  # a failed or refused fit waits
         embed_model, least = self._embed_model, self._min_fit_memories
         self._refit = _Refit(lambda: refit_store_gate(store, embed_model, min_memories=least))
+
+    def _store_read_due(self, store: MemoryVectorStore) -> bool:
+        """Whether to read the store's gate and size now: an Edge store always (in process),
+        a server or local-mode store every ``check_store_every`` seconds, async-only never."""
+        if isinstance(store, QdrantEdgeVectorStore):
+            return True
+        if store.client is None:
+            return False
+        now = time.monotonic()
+        if self._checked is not None and now - self._checked < self._check_every:
+            return False
+        self._checked = now
+        return True
 
     def _scale(self, vector: List[float]) -> Optional[QueryScale]:
         """The question's cohort scale when the policy is in cohort units, else None (cosine)."""
@@ -465,12 +491,6 @@ def _due(store: MemoryVectorStore, min_memories: int, memories: int,
     tried = [record["memories"] for record in (gate_record(store), gate_refusal(store))
              if record and record.get("relevance") == units]
     return refit_due(memories, max(tried, default=None), min_memories, ratio)
-
-
-def _policy_records(store: MemoryVectorStore) -> tuple[Any, Any]:
-    """The saved explicit policy and gate fit a store's policy is read from."""
-    metadata = store.metadata if isinstance(store, QdrantEdgeVectorStore) else {}
-    return metadata.get(POLICY_METADATA_KEY), metadata.get(GATE_METADATA_KEY)
 
 
 _FIT_LOCKS: dict[int, threading.Lock] = {}

@@ -79,6 +79,7 @@ from llama_index_recency.store_metadata import (
     gate_refusal,
     has_saved_policy,
     index_policy,
+    policy_records,
     save_gate_fit,
     save_gate_refusal,
     save_policy,
@@ -125,6 +126,7 @@ __all__ = [
     "gate_record",
     "gate_refusal",
     "is_local_mode_store",
+    "policy_records",
     "save_gate_refusal",
     "vector_store_of",
 ]

@@ -128,6 +128,13 @@ def index_policy(index: MemoryStore, **overrides: Any) -> RecencyPolicy:
     return RecencyPolicy(**{**values, **overrides})
 
 
+def policy_records(index: MemoryStore) -> tuple[Any, Any]:
+    """The saved explicit policy and gate fit the store's policy is read from (one read): a
+    change in either means :func:`index_policy` has changed."""
+    metadata = _collection_metadata(vector_store_of(index))
+    return metadata.get(POLICY_METADATA_KEY), metadata.get(GATE_METADATA_KEY)
+
+
 def _collection_metadata(store: MemoryVectorStore) -> dict[str, Any]:
     if isinstance(store, QdrantEdgeVectorStore):
         return store.metadata

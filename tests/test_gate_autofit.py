@@ -10,6 +10,7 @@ from datetime import date
 from pathlib import Path
 
 import pytest
+from qdrant_client import QdrantClient
 from conftest import ToolCall
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.llms.types import ChatMessage
@@ -18,6 +19,7 @@ from llama_index_recency import (
     QdrantRecencyRetriever,
     RecencyMemory,
     RecencyMemoryBlock,
+    RecencyError,
     RecencyPolicy,
     index_policy,
     memory_node,
@@ -202,10 +204,15 @@ def index_policy_at(embed_model: BaseEmbedding, path: str) -> RecencyPolicy:
 
 
 @pytest.mark.slow
-def test_a_plain_insert_nodes_store_refits_on_the_next_retrieval(e5) -> None:
-    index = open_memory_index(e5)
+@pytest.mark.parametrize("engine", ["edge", "local mode"])
+def test_a_plain_insert_nodes_store_refits_on_the_next_retrieval(e5, engine) -> None:
+    if engine == "edge":
+        index, check = open_memory_index(e5), {}
+    else:  # qdrant-client's local mode: read as a server store is, here at every question
+        index = open_memory_index(e5, client=QdrantClient(location=":memory:"))
+        check = {"check_store_every": 0.0}
     index.insert_nodes([memory_node(fact, day) for fact, day in facts(4)])
-    retriever = QdrantRecencyRetriever.from_index(index, min_fit_memories=4)
+    retriever = QdrantRecencyRetriever.from_index(index, min_fit_memories=4, **check)
     assert retriever.explain(QUESTION).threshold_origin == "shipped"  # the gate in place
     fit = retriever.wait_for_refit()
     assert fit is not None and fit.refused is None
@@ -216,6 +223,24 @@ def test_a_plain_insert_nodes_store_refits_on_the_next_retrieval(e5) -> None:
     retriever.explain(QUESTION)
     assert retriever.wait_for_refit() is not None
     assert retriever.explain(QUESTION).threshold_origin == fitted_on(8)
+
+
+def test_a_server_store_is_read_once_per_interval_and_when_a_refit_is_awaited(e5) -> None:
+    index = open_memory_index(e5, client=QdrantClient(location=":memory:"))
+    index.insert_nodes([memory_node(fact, day) for fact, day in facts(4)])
+    retriever = QdrantRecencyRetriever.from_index(index, min_fit_memories=4)  # every 60 s
+    assert retriever.explain(QUESTION).threshold_origin == "shipped"  # read: a refit starts
+    fit = retriever.wait_for_refit()  # waiting reads the store again, whatever the interval
+    assert fit is not None and retriever.explain(QUESTION).threshold_origin == fitted_on(4)
+    save_policy(index, retriever.policy.model_copy(update={"threshold": 0.5}))  # elsewhere
+    # adopted at the first read after the interval, not at the next question
+    assert retriever.explain(QUESTION).threshold_origin == fitted_on(4)
+
+
+@pytest.mark.parametrize("seconds", [-1.0, float("inf"), float("nan")])
+def test_a_refused_store_check_interval_is_one_line_naming_it(e5, seconds) -> None:
+    with pytest.raises(RecencyError, match=f"check_store_every must be >= 0 seconds, got {seconds!r}"):
+        QdrantRecencyRetriever.from_index(open_memory_index(e5), check_store_every=seconds)
 
 
 # --- an explicit policy wins ----------------------------------------------------------------
