@@ -61,7 +61,12 @@ from llama_index_recency.gate_fit import (
 from llama_index_recency.intent import question_intent
 from llama_index_recency.ranked import RecencyRanking
 from llama_index_recency.scoring import RecencyPolicy
-from llama_index_recency.search import SearchPlan, dated_filter, exact_recency_search
+from llama_index_recency.search import (
+    SearchPlan,
+    dated_filter,
+    exact_recency_search,
+    reusing_link_searches,
+)
 from llama_index_recency.supersession import with_newer_versions
 from llama_index_recency.store import (
     MemoryVectorStore,
@@ -238,6 +243,10 @@ class QdrantRecencyRetriever(BaseRetriever):
     # --- one plan, two drivers ---------------------------------------------------------------
 
     def _plan(self, bundle: QueryBundle) -> SearchPlan:
+        """The question's search plan (:meth:`_steps`), its repeated link searches answered once."""
+        return reusing_link_searches(self._steps(bundle))
+
+    def _steps(self, bundle: QueryBundle) -> SearchPlan:
         """The exact ranking with the bonus the question's intent calls for, newer versions
         placed before the older ones they repeat, each superseded memory's newest linked
         successor placed before it, then for a vague reference the recent memories in the

@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Generator, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Optional
 
@@ -104,6 +104,49 @@ def _date_since(date_key: str, iso: str) -> MetadataFilter:
 
 SearchPlan = Generator[MemorySearch, Sequence[NodeWithScore], RecencyRanking]
 """Yields searches, receives each one's results (best raw cosine first), returns the ranking."""
+
+
+def reusing_link_searches(plan: SearchPlan) -> SearchPlan:
+    """``plan`` with each link search that an earlier complete one of the same plan answers
+    (same key, scope and options, a subset of its ids) answered from that one's results:
+    the newer-versions step and the successor walk ask for the same links."""
+    complete: list[tuple[MemorySearch, Sequence[NodeWithScore]]] = []
+    try:
+        search = next(plan)
+        while True:
+            reused = _answered_by(complete, search)
+            if reused is not None:
+                search = plan.send(reused)
+                continue
+            results = yield search
+            if search.linked is not None and len(results) < search.limit:
+                complete.append((search, results))
+            search = plan.send(results)
+    except StopIteration as done:
+        return done.value
+
+
+def _answered_by(complete: Sequence[tuple[MemorySearch, Sequence[NodeWithScore]]],
+                 search: MemorySearch) -> Optional[list[NodeWithScore]]:
+    if search.linked is None:
+        return None
+    key, ids = search.linked
+    for earlier, results in complete:
+        assert earlier.linked is not None
+        if (earlier.linked[0] == key and set(ids) <= set(earlier.linked[1])
+                and replace(earlier, limit=search.limit, linked=search.linked,
+                            with_vectors=search.with_vectors) == search
+                and (earlier.with_vectors or not search.with_vectors)):
+            wanted = set(ids)
+            return [node for node in results if wanted & _listed(node.node.metadata.get(key))
+                    ][:search.limit]
+    return None
+
+
+def _listed(value: object) -> set[str]:
+    """A payload value as the engine's IN condition reads it: a list's items, else itself."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return {str(item) for item in items if item is not None}
 
 
 def linked_memories(

@@ -9,11 +9,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from llama_index.core.schema import NodeWithScore, TextNode
+from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
 
 from llama_index_recency import RecencyPolicy
 from llama_index_recency.scoring import MemoryDateError
 from llama_index_recency.scoring import parse_memory_date
-from llama_index_recency.search import MemorySearch, exact_recency_search, linked_memories
+from llama_index_recency.search import (
+    MemorySearch,
+    exact_recency_search,
+    linked_memories,
+    reusing_link_searches,
+)
 
 REFERENCE = datetime(2026, 9, 10, tzinfo=timezone.utc)
 
@@ -156,3 +162,61 @@ def test_a_link_search_widens_until_it_comes_back_short() -> None:
     with pytest.raises(StopIteration) as done:
         plan.send(page(40))
     assert [n.node.node_id for n in done.value.value] == [f"m{i}" for i in range(40)]
+
+
+# --- a link search asked twice in one plan goes to the engine once ----------------------------
+
+
+def _linked(node_id: str, names: list[str]) -> NodeWithScore:
+    return NodeWithScore(node=TextNode(id_=node_id, text=node_id,
+                                       metadata={"supersedes": names}), score=0.5)
+
+
+def _two_link_searches(second: MemorySearch):
+    """A plan asking for the memories naming a, b or c, then ``second``; returns both answers."""
+    first = yield MemorySearch(limit=16, linked=("supersedes", ("a", "b", "c")))
+    again = yield second
+    return [n.node.node_id for n in first], [n.node.node_id for n in again]
+
+
+def _drive(plan, answers: dict) -> tuple[object, list[MemorySearch]]:
+    asked: list[MemorySearch] = []
+    try:
+        search = next(plan)
+        while True:
+            asked.append(search)
+            search = plan.send(answers[search.linked[1] if search.linked else search.ids])
+    except StopIteration as done:
+        return done.value, asked
+
+
+def test_a_link_search_within_an_earlier_complete_one_is_answered_from_it() -> None:
+    found = [_linked("x", ["a"]), _linked("y", ["b", "q"]), _linked("z", ["c"])]
+    answers = {("a", "b", "c"): found, ("b",): [found[1]]}
+    subset = MemorySearch(limit=16, linked=("supersedes", ("b",)))
+    result, asked = _drive(reusing_link_searches(_two_link_searches(subset)), answers)
+    assert result == (["x", "y", "z"], ["y"])
+    assert len(asked) == 1  # the engine was asked once
+    assert _drive(_two_link_searches(subset), answers)[0] == result  # as the engine answers
+
+
+@pytest.mark.parametrize("second", [
+    MemorySearch(limit=16, linked=("supersedes", ("d",))),  # an id the first did not cover
+    MemorySearch(limit=16, linked=("superseded_by", ("b",))),  # another key
+    MemorySearch(limit=16, linked=("supersedes", ("b",)), with_vectors=True),  # vectors wanted
+    MemorySearch(limit=16, linked=("supersedes", ("b",)),  # another scope
+                 filters=MetadataFilters(filters=[MetadataFilter(key="user_id", value="u")])),
+    MemorySearch(limit=16, ids=("b",)),  # not a link search
+], ids=["other id", "other key", "vectors", "other scope", "by id"])
+def test_other_searches_go_to_the_engine(second: MemorySearch) -> None:
+    answers = {("a", "b", "c"): [], ("d",): [], ("b",): []}
+    _, asked = _drive(reusing_link_searches(_two_link_searches(second)), answers)
+    assert asked == [MemorySearch(limit=16, linked=("supersedes", ("a", "b", "c"))), second]
+
+
+def test_a_link_search_that_came_back_full_answers_nothing_later() -> None:
+    full = [_linked(f"n{i}", ["a"]) for i in range(16)]  # as many as asked: maybe cut off
+    answers = {("a", "b", "c"): full, ("a",): full}
+    subset = MemorySearch(limit=16, linked=("supersedes", ("a",)))
+    _, asked = _drive(reusing_link_searches(_two_link_searches(subset)), answers)
+    assert len(asked) == 2
