@@ -411,8 +411,11 @@ def close_memory_index(index: MemoryStore) -> None:
     store = vector_store_of(index)
     if isinstance(store, QdrantEdgeVectorStore):
         store.close()
-    elif store.client is not None:
+        return
+    if store.client is not None:
         store.client.close()
+    if store._aclient is not None:  # an async-only local-mode store holds its lock here
+        collection_calls(None, store._aclient)("close")
 
 
 def _check_embedding(

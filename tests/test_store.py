@@ -264,6 +264,15 @@ def test_the_saved_policy_is_read_through_an_async_only_client_too(tmp_path: Pat
     assert index_policy(index).threshold == 0.83  # not the seed's 0.45 by a silent fallback
 
 
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync client", "async only"])
+def test_closing_a_local_mode_store_releases_it(tmp_path: Path, use_async: bool) -> None:
+    write_0_1_0_store(tmp_path)
+    index = open_memory_index(embed(), path=tmp_path, use_async=use_async)
+    close_memory_index(index)
+    QdrantClient(path=str(tmp_path)).close()  # raises while another client holds the folder
+    assert index is not None  # still referenced: closing, not collecting, released it
+
+
 def test_get_memories_of_one_user_newest_first_and_the_async_twins(tmp_path) -> None:
     from llama_index_recency.store import aget_memories, get_memories
     from llama_index_recency.updates import aforget
