@@ -12,6 +12,7 @@ search request.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import threading
@@ -70,6 +71,7 @@ from llama_index_recency.search import (
 from llama_index_recency.supersession import with_newer_versions
 from llama_index_recency.store import (
     MemoryVectorStore,
+    collection_metadata,
     count_memories,
     embedding_identity,
     gate_record,
@@ -89,7 +91,10 @@ _OPEN = -1e9  # a threshold every memory passes: the search then returns the bes
 
 STORE_CHECK_SECONDS = 60.0
 """How often a retriever over a Qdrant server or qdrant-client's local mode reads the store's
-saved gate and size (two round trips); an in-process Edge store is read at every question."""
+saved gate and size (its collection metadata and count); an in-process Edge store is read at
+every question."""
+
+_clock = time.monotonic  # the throttle's clock, one name for tests to move
 
 
 class QdrantRecencyRetriever(BaseRetriever):
@@ -175,7 +180,7 @@ class QdrantRecencyRetriever(BaseRetriever):
                         policy=policy or index_policy(index), **kwargs)
         if policy is None:
             retriever._follows_store = True
-            retriever._adopted = policy_records(retriever._vector_store)
+            retriever._adopted = policy_records(collection_metadata(retriever._vector_store))
         return retriever
 
     @property
@@ -189,7 +194,7 @@ class QdrantRecencyRetriever(BaseRetriever):
         refit = self._refit
         if refit is None:
             return None
-        refit.thread.join()
+        refit.wait()
         self._follow_store(read_now=True)
         return refit.fit
 
@@ -222,7 +227,10 @@ class QdrantRecencyRetriever(BaseRetriever):
         return self._drive(self._plan(bundle), vector, self._scale(vector))
 
     async def _aexplain(self, bundle: QueryBundle) -> RecencyRanking:
-        self._follow_store()
+        if has_async_client(self._vector_store):  # its reads are sync: off the event loop
+            await asyncio.to_thread(self._follow_store)
+        else:
+            self._follow_store()
         empty = RecencyRanking(rows=(), nodes=(), relevance=self._policy.relevance)
         if not has_async_client(self._vector_store):
             vector = await self._aembed(bundle)
@@ -268,21 +276,27 @@ class QdrantRecencyRetriever(BaseRetriever):
 
     def _follow_store(self, read_now: bool = False) -> None:
         """Following the store's policy: adopt a gate (or explicit policy) saved since, and
-        launch a background refit when the store grew enough for one."""
+        refit when the store grew enough for one: on a background thread, but in this
+        thread for qdrant-client's local mode, which is not safe to use from two threads."""
         store = self._vector_store
         if not self._follows_store or not (read_now or self._store_read_due(store)):
             return
-        records = policy_records(store)
+        metadata = collection_metadata(store)
+        records = policy_records(metadata)
         if records != self._adopted:
-            self._policy, self._adopted = index_policy(store), records
-        if self._refit is not None and self._refit.thread.is_alive():
+            self._policy, self._adopted = index_policy(metadata), records
+        if self._refit is not None and self._refit.running():
             return
         memories = count_memories(store)
-        if memories < self._next_try or not _due(store, self._min_fit_memories, memories):
+        if memories < self._next_try or not _due(metadata, self._min_fit_memories, memories):
             return
         self._next_try = math.ceil(REFIT_RATIO * memories)  # a failed or refused fit waits
         embed_model, least = self._embed_model, self._min_fit_memories
-        self._refit = _Refit(lambda: refit_store_gate(store, embed_model, min_memories=least))
+        inline = not isinstance(store, QdrantEdgeVectorStore) and is_local(store.client)
+        self._refit = _Refit(lambda: refit_store_gate(store, embed_model, min_memories=least),
+                             background=not inline)
+        if inline:
+            self._follow_store(read_now=True)  # adopt it for this question already
 
     def _store_read_due(self, store: MemoryVectorStore) -> bool:
         """Whether to read the store's gate and size now: an Edge store always (in process),
@@ -291,7 +305,7 @@ class QdrantRecencyRetriever(BaseRetriever):
             return True
         if store.client is None:
             return False
-        now = time.monotonic()
+        now = _clock()
         if self._checked is not None and now - self._checked < self._check_every:
             return False
         self._checked = now
@@ -469,11 +483,12 @@ def refit_store_gate(
     vectors = vector_store_of(store)
     with _fit_lock(vectors):
         memories = count_memories(vectors)
-        if has_saved_policy(vectors) or memories < min_memories:
+        metadata = collection_metadata(vectors)
+        if has_saved_policy(metadata) or memories < min_memories:
             return None
-        policy = index_policy(vectors)
+        policy = index_policy(metadata)
         best = None
-        if not _due(vectors, min_memories, memories, ratio):
+        if not _due(metadata, min_memories, memories, ratio):
             if not check:
                 return None
             best = offtopic_best(vectors, embed_model, policy)
@@ -489,15 +504,16 @@ def refit_store_gate(
         return fit
 
 
-def _due(store: MemoryVectorStore, min_memories: int, memories: int,
+def _due(metadata: Mapping[str, Any], min_memories: int, memories: int,
          ratio: float = REFIT_RATIO) -> bool:
-    """Whether ``store`` of ``memories`` is due for a fit by its size (:func:`refit_due`)."""
-    if memories < min_memories:  # a small store's questions read no metadata for this
+    """Whether a store of ``memories`` with this collection ``metadata`` is due for a fit by
+    its size (:func:`refit_due`)."""
+    if memories < min_memories:
         return False
-    if has_saved_policy(store):
+    if has_saved_policy(metadata):
         return False
-    units = index_policy(store).relevance
-    tried = [record["memories"] for record in (gate_record(store), gate_refusal(store))
+    units = index_policy(metadata).relevance
+    tried = [record["memories"] for record in (gate_record(metadata), gate_refusal(metadata))
              if record and record.get("relevance") == units]
     return refit_due(memories, max(tried, default=None), min_memories, ratio)
 
@@ -513,15 +529,26 @@ def _fit_lock(store: MemoryVectorStore) -> threading.Lock:
 
 
 class _Refit:
-    """A gate fit on a background thread: a failure is one warning line, never the caller's.
-    Not a daemon: a process exiting mid-fit waits the few seconds a fit takes, instead of
-    cutting the thread inside the engine."""
+    """A gate fit on a background thread (or run at once): a failure is one warning line,
+    never the caller's. Not a daemon: a process exiting mid-fit waits the few seconds a fit
+    takes, instead of cutting the thread inside the engine."""
 
-    def __init__(self, fit: Callable[[], Optional[GateFit]]) -> None:
+    def __init__(self, fit: Callable[[], Optional[GateFit]], background: bool = True) -> None:
         self.fit: Optional[GateFit] = None
         self._run = fit
-        self.thread = threading.Thread(target=self._work, name="gate-refit")
-        self.thread.start()
+        self._thread: Optional[threading.Thread] = None
+        if background:
+            self._thread = threading.Thread(target=self._work, name="gate-refit")
+            self._thread.start()
+        else:
+            self._work()
+
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
 
     def _work(self) -> None:
         try:

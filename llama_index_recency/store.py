@@ -73,6 +73,7 @@ from llama_index_recency.store_metadata import (
     GATE_METADATA_KEY,
     GATE_REFUSED_METADATA_KEY,
     POLICY_METADATA_KEY,
+    collection_metadata,
     embedding_identity,
     embedding_mismatch,
     gate_record,
@@ -121,6 +122,7 @@ __all__ = [
     "GATE_REFUSED_METADATA_KEY",
     "MemoryStore",
     "MemoryVectorStore",
+    "collection_metadata",
     "edge_shard_path",
     "embedding_identity",
     "gate_record",
@@ -412,10 +414,12 @@ def close_memory_index(index: MemoryStore) -> None:
     if isinstance(store, QdrantEdgeVectorStore):
         store.close()
         return
-    if store.client is not None:
-        store.client.close()
-    if store._aclient is not None:  # an async-only local-mode store holds its lock here
-        collection_calls(None, store._aclient)("close")
+    try:
+        if store.client is not None:
+            store.client.close()
+    finally:
+        if store._aclient is not None:  # an async-only local-mode store holds its lock here
+            collection_calls(None, store._aclient)("close")
 
 
 def _check_embedding(

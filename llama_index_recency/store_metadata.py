@@ -4,6 +4,7 @@ saved with it and its own gate fit; and from those, the policy to rank it with."
 from __future__ import annotations
 
 from datetime import date
+from collections.abc import Mapping
 from typing import Any, Optional
 
 from llama_index_recency.edge import QdrantEdgeVectorStore
@@ -13,7 +14,6 @@ from llama_index_recency.models import CALIBRATED_POLICIES
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.store_access import (
     MemoryStore,
-    MemoryVectorStore,
     collection_calls,
     vector_store_of,
 )
@@ -62,15 +62,21 @@ def save_gate_refusal(index: MemoryStore, relevance: str, memories: int) -> None
         "relevance": relevance, "memories": memories}})
 
 
-def gate_refusal(index: MemoryStore) -> Optional[dict[str, Any]]:
-    """The store's last refused gate fit (:func:`save_gate_refusal`), if any."""
-    record = _collection_metadata(vector_store_of(index)).get(GATE_REFUSED_METADATA_KEY)
-    return dict(record) if isinstance(record, dict) else None
+def gate_refusal(index: MemoryStore | Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """The store's last refused gate fit (:func:`save_gate_refusal`), if any; from the store
+    or from its :func:`collection_metadata` already read."""
+    return _record(index, GATE_REFUSED_METADATA_KEY)
 
 
-def gate_record(index: MemoryStore) -> Optional[dict[str, Any]]:
-    """The store's own gate fit (:func:`save_gate_fit`), if any."""
-    record = _collection_metadata(vector_store_of(index)).get(GATE_METADATA_KEY)
+def gate_record(index: MemoryStore | Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """The store's own gate fit (:func:`save_gate_fit`), if any; from the store or from its
+    :func:`collection_metadata` already read."""
+    return _record(index, GATE_METADATA_KEY)
+
+
+def _record(index: MemoryStore | Mapping[str, Any], key: str) -> Optional[dict[str, Any]]:
+    metadata = index if isinstance(index, Mapping) else collection_metadata(index)
+    record = metadata.get(key)
     return dict(record) if isinstance(record, dict) else None
 
 
@@ -86,25 +92,28 @@ def _update_metadata(index: MemoryStore, record: dict[str, Any]) -> None:
 
 def embedding_identity(index: MemoryStore) -> Optional[dict[str, Any]]:
     """The embedding model (name and dimensions) the store records, if any."""
-    identity = _collection_metadata(vector_store_of(index)).get(EMBEDDING_METADATA_KEY)
+    identity = collection_metadata(index).get(EMBEDDING_METADATA_KEY)
     return dict(identity) if isinstance(identity, dict) else None
 
 
-def has_saved_policy(index: MemoryStore) -> bool:
-    """Whether a policy was calibrated and saved with this store (``save_policy``)."""
-    return POLICY_METADATA_KEY in _collection_metadata(vector_store_of(index))
+def has_saved_policy(index: MemoryStore | Mapping[str, Any]) -> bool:
+    """Whether a policy was calibrated and saved with this store (``save_policy``); from the
+    store or from its :func:`collection_metadata` already read."""
+    metadata = index if isinstance(index, Mapping) else collection_metadata(index)
+    return POLICY_METADATA_KEY in metadata
 
 
-def index_policy(index: MemoryStore, **overrides: Any) -> RecencyPolicy:
+def index_policy(index: MemoryStore | Mapping[str, Any], **overrides: Any) -> RecencyPolicy:
     """The policy to rank this store with: the one calibrated and saved with it
     (:func:`save_policy`, origin "explicit"), else the shipped one for its embedding model
     (``models.CALIBRATED_POLICIES``; else :class:`RecencyPolicy`'s defaults) with the store's own gate fit in the
     same units (:func:`save_gate_fit`, origin "fitted on N memories on DATE") or as shipped.
 
     ``overrides`` (e.g. ``reference_date=...``) are applied on top; a ``threshold`` among
-    them is the one for every language (origin "explicit").
+    them is the one for every language (origin "explicit"). ``index`` may also be the
+    store's :func:`collection_metadata` already read.
     """
-    metadata = _collection_metadata(vector_store_of(index))
+    metadata = index if isinstance(index, Mapping) else collection_metadata(index)
     model = (metadata.get(EMBEDDING_METADATA_KEY) or {}).get("model")
     shipped = CALIBRATED_POLICIES.get(model or "", {})
     saved = metadata.get(POLICY_METADATA_KEY)
@@ -128,14 +137,15 @@ def index_policy(index: MemoryStore, **overrides: Any) -> RecencyPolicy:
     return RecencyPolicy(**{**values, **overrides})
 
 
-def policy_records(index: MemoryStore) -> tuple[Any, Any]:
-    """The saved explicit policy and gate fit the store's policy is read from (one read): a
+def policy_records(metadata: Mapping[str, Any]) -> tuple[Any, Any]:
+    """The saved explicit policy and gate fit in a store's :func:`collection_metadata`: a
     change in either means :func:`index_policy` has changed."""
-    metadata = _collection_metadata(vector_store_of(index))
     return metadata.get(POLICY_METADATA_KEY), metadata.get(GATE_METADATA_KEY)
 
 
-def _collection_metadata(store: MemoryVectorStore) -> dict[str, Any]:
+def collection_metadata(index: MemoryStore) -> dict[str, Any]:
+    """Everything the store records with its collection (one read; empty before it exists)."""
+    store = vector_store_of(index)
     if isinstance(store, QdrantEdgeVectorStore):
         return store.metadata
     call = collection_calls(store.client, store._aclient)  # an async-only store too

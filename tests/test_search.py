@@ -207,9 +207,14 @@ def test_a_link_search_within_an_earlier_complete_one_is_answered_from_it() -> N
     MemorySearch(limit=16, linked=("supersedes", ("b",)),  # another scope
                  filters=MetadataFilters(filters=[MetadataFilter(key="user_id", value="u")])),
     MemorySearch(limit=16, ids=("b",)),  # not a link search
-], ids=["other id", "other key", "vectors", "other scope", "by id"])
+    MemorySearch(limit=16, linked=("supersedes", ("b",)), ids=("y",)),  # narrowed by id
+    MemorySearch(limit=16, linked=("supersedes", ("b",)),  # narrowed by date
+                 since=datetime(2026, 9, 1, tzinfo=timezone.utc)),
+    MemorySearch(limit=16, linked=("supersedes", ("b",)), undated_only=True),
+], ids=["other id", "other key", "vectors", "other scope", "by id", "and ids", "since",
+        "undated"])
 def test_other_searches_go_to_the_engine(second: MemorySearch) -> None:
-    answers = {("a", "b", "c"): [], ("d",): [], ("b",): []}
+    answers = {("a", "b", "c"): [], ("d",): [], ("b",): [], ("y",): []}
     _, asked = _drive(reusing_link_searches(_two_link_searches(second)), answers)
     assert asked == [MemorySearch(limit=16, linked=("supersedes", ("a", "b", "c"))), second]
 
