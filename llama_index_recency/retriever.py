@@ -176,11 +176,13 @@ class QdrantRecencyRetriever(BaseRetriever):
         calibrated and saved with it, else its model's shipped one, else the defaults).
         """
         # VectorStoreIndex keeps its embedding model private; its own as_retriever reads it too.
-        retriever = cls(index.vector_store, index._embed_model,
-                        policy=policy or index_policy(index), **kwargs)
-        if policy is None:
-            retriever._follows_store = True
-            retriever._adopted = policy_records(collection_metadata(retriever._vector_store))
+        if policy is not None:
+            return cls(index.vector_store, index._embed_model, policy=policy, **kwargs)
+        metadata = collection_metadata(index)
+        retriever = cls(index.vector_store, index._embed_model, policy=index_policy(metadata),
+                        **kwargs)
+        retriever._follows_store = True
+        retriever._adopted = policy_records(metadata)
         return retriever
 
     @property

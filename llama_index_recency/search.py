@@ -131,13 +131,13 @@ def _answered_by(complete: Sequence[tuple[MemorySearch, Sequence[NodeWithScore]]
     if search.linked is None:
         return None
     key, ids = search.linked
+    wanted = set(ids)
     for earlier, results in complete:
         assert earlier.linked is not None
-        if (earlier.linked[0] == key and set(ids) <= set(earlier.linked[1])
+        if (earlier.linked[0] == key and wanted <= set(earlier.linked[1])
                 and replace(earlier, limit=search.limit, linked=search.linked,
                             with_vectors=search.with_vectors) == search
                 and (earlier.with_vectors or not search.with_vectors)):
-            wanted = set(ids)
             return [node for node in results if wanted & _listed(node.node.metadata.get(key))
                     ][:search.limit]
     return None

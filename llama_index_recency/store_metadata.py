@@ -3,8 +3,8 @@ saved with it and its own gate fit; and from those, the policy to rank it with."
 
 from __future__ import annotations
 
-from datetime import date
 from collections.abc import Mapping
+from datetime import date
 from typing import Any, Optional
 
 from llama_index_recency.edge import QdrantEdgeVectorStore
@@ -75,9 +75,13 @@ def gate_record(index: MemoryStore | Mapping[str, Any]) -> Optional[dict[str, An
 
 
 def _record(index: MemoryStore | Mapping[str, Any], key: str) -> Optional[dict[str, Any]]:
-    metadata = index if isinstance(index, Mapping) else collection_metadata(index)
-    record = metadata.get(key)
+    record = _metadata_of(index).get(key)
     return dict(record) if isinstance(record, dict) else None
+
+
+def _metadata_of(index: MemoryStore | Mapping[str, Any]) -> Mapping[str, Any]:
+    """The store's :func:`collection_metadata`, read now unless ``index`` is that already."""
+    return index if isinstance(index, Mapping) else collection_metadata(index)
 
 
 def _update_metadata(index: MemoryStore, record: dict[str, Any]) -> None:
@@ -99,8 +103,7 @@ def embedding_identity(index: MemoryStore) -> Optional[dict[str, Any]]:
 def has_saved_policy(index: MemoryStore | Mapping[str, Any]) -> bool:
     """Whether a policy was calibrated and saved with this store (``save_policy``); from the
     store or from its :func:`collection_metadata` already read."""
-    metadata = index if isinstance(index, Mapping) else collection_metadata(index)
-    return POLICY_METADATA_KEY in metadata
+    return POLICY_METADATA_KEY in _metadata_of(index)
 
 
 def index_policy(index: MemoryStore | Mapping[str, Any], **overrides: Any) -> RecencyPolicy:
@@ -113,7 +116,7 @@ def index_policy(index: MemoryStore | Mapping[str, Any], **overrides: Any) -> Re
     them is the one for every language (origin "explicit"). ``index`` may also be the
     store's :func:`collection_metadata` already read.
     """
-    metadata = index if isinstance(index, Mapping) else collection_metadata(index)
+    metadata = _metadata_of(index)
     model = (metadata.get(EMBEDDING_METADATA_KEY) or {}).get("model")
     shipped = CALIBRATED_POLICIES.get(model or "", {})
     saved = metadata.get(POLICY_METADATA_KEY)

@@ -237,7 +237,7 @@ def test_a_local_mode_store_refits_in_the_question_that_finds_it_due(e5, caplog)
     assert not [r for r in caplog.records if "not refitted" in r.getMessage()]
 
 
-def test_a_server_store_is_read_once_per_interval_and_when_a_refit_is_awaited(
+def test_a_server_store_is_read_once_per_interval(
     e5, monkeypatch
 ) -> None:
     from llama_index_recency import retriever as module
