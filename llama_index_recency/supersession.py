@@ -7,7 +7,9 @@ taken as a version of an older memory A when B is A's most similar candidate and
 among B's two most similar (a chain of versions stays linked), once what all candidates
 share is taken out (their mean vector), and their similarity stands
 ``supersede_z`` sd above the mean of the candidates' pairs (relative to the candidates,
-so the same rule holds in languages whose sentences all sit close together). If B's final
+so the same rule holds in languages whose sentences all sit close together). Both must
+state one thing (one sentence, as the writer stores a fact): a turn of conversation says
+several, and a newer turn on the same topic continues it rather than replacing it. If B's final
 score is within ``supersede_margin`` of A's, B is placed right before A; A is never
 dropped by this step, only moved below B (it may then fall past ``top_n``). Like a linked
 successor, B enters the prompt with a passing A even when B's own score is under the
@@ -34,6 +36,7 @@ from llama_index_recency.records import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_
 from llama_index_recency.ranked import RankedMemory, RecencyRanking
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.search import MemorySearch, SearchPlan, candidate_floor, linked_memories
+from llama_index_recency.text import is_one_statement
 
 
 def with_newer_versions(
@@ -83,7 +86,8 @@ def newer_versions_first(
         return ranking
     window = sorted(nodes.values(), key=lambda c: (-(c.score or 0.0), c.node.node_id))
     window = window[: max(policy.supersede_window, len(ranking.rows))]
-    nearest = _with_links(_versions(window, policy.supersede_z), window, successors)
+    nearest = _with_links(_between_statements(_versions(window, policy.supersede_z), window),
+                          window, successors)
     if not nearest:
         return ranking
     partners = {nearest[row.node_id] for row in ranking.rows if row.node_id in nearest}
@@ -123,6 +127,14 @@ def _versions(window: Sequence[NodeWithScore], z: float) -> dict[str, str]:
     nearest_two = np.argsort(-similarity, axis=1)[:, :2]
     return {ids[a]: ids[b] for a, (b, _) in enumerate(nearest_two)
             if a in nearest_two[b] and similarity[a, b] >= cut}
+
+
+def _between_statements(nearest: dict[str, str],
+                         window: Sequence[NodeWithScore]) -> dict[str, str]:
+    """The pairs of ``nearest`` whose two memories each state one thing."""
+    single = {c.node.node_id for c in window if is_one_statement(c.node.get_content())}
+    return {older: newer for older, newer in nearest.items()
+            if older in single and newer in single}
 
 
 def _with_links(nearest: dict[str, str], window: Sequence[NodeWithScore],

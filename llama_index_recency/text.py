@@ -13,6 +13,16 @@ from llama_index_recency.records import calendar_day
 MEMORY_DATE_PREFIX = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}: ")
 """The recorded date that starts each memory line (``memory_node`` writes it)."""
 
+# A sentence ends at .!? (closing quotes or brackets may follow) before a space and a capital,
+# digit or opening quote, unless the word before it is an initial or a title ("Dr. Tanaka",
+# "St. Louis", "U.S. Army"); or at 。！？ with more text after it, unless that text closes a
+# quote (「最高だ！」と言った is one sentence).
+_SENTENCE_END = re.compile(
+    r"(?<![A-Z])(?<!\b(?:Mr|Ms|Dr|St|Jr|Sr|Mt|No|vs))(?<!\bMrs)(?<!\bProf)"
+    r"[.!?][\"'”’)\]]*\s+(?=[A-Z0-9\"'“‘(])"
+    r"|[。！？]\s*(?=[^\s」』）)])"
+)
+
 # A date, ISO or Japanese (2099年1月1日), optionally with a time and offset, followed by a
 # colon, anywhere but the prefix.
 _INNER_DATE = re.compile(
@@ -49,6 +59,13 @@ def escape_memory_text(text: str) -> str:
     text = "…".join(unicodedata.normalize("NFKC", part) for part in text.split("…"))
     text = "\n".join(_neutralise_inner_dates(line) for line in text.split("\n"))
     return html.escape(text.translate(_ANGLE_LOOKALIKES), quote=False)
+
+
+def is_one_statement(text: str) -> bool:
+    """True when a memory's text, its date prefix aside, is one sentence, as the writer stores a
+    fact; a turn of conversation or a document chunk usually says several things."""
+    body = MEMORY_DATE_PREFIX.sub("", text.strip(), count=1)
+    return _SENTENCE_END.search(body) is None
 
 
 def memory_text(node: BaseNode, date_key: str = "date") -> str:

