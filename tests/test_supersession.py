@@ -93,6 +93,17 @@ def test_a_near_duplicate_of_several_sentences_is_no_version(older: str, newer: 
     assert ranked(nodes)[:2] == ["old", "new"]
 
 
+def test_a_written_link_between_memories_of_several_sentences_still_moves_the_newer_one() -> None:
+    nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.76, "2026-11-01")},
+                       twins={})
+    texts = {"old": "The user drinks coffee black. No sugar.",
+             "new": "The user switched to café au lait. Sweet, with milk."}
+    for candidate in nodes:
+        candidate.node.set_content(texts.get(candidate.node.node_id, candidate.node.node_id))
+    nodes[-1].node.metadata[SUPERSEDES_KEY] = ["old"]
+    assert ranked(nodes)[:2] == ["new", "old"]
+
+
 @pytest.mark.parametrize("text, one", [
     ("2026-09-01: Taro drinks sweet café au lait. ", True),
     ("The user raised his GPA to 3.5 after summer classes.", True),
