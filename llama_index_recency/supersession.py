@@ -131,10 +131,11 @@ def _versions(window: Sequence[NodeWithScore], z: float) -> dict[str, str]:
 
 def _between_statements(nearest: dict[str, str],
                          window: Sequence[NodeWithScore]) -> dict[str, str]:
-    """The pairs of ``nearest`` whose two memories each state one thing."""
+    """The pairs of ``nearest`` whose two memories each state one thing (the pairs are found
+    among all of the window's candidates, so the vectors' statistics stay the window's)."""
     single = {c.node.node_id for c in window if is_one_statement(c.node.get_content())}
-    return {older: newer for older, newer in nearest.items()
-            if older in single and newer in single}
+    return {memory: other for memory, other in nearest.items()
+            if memory in single and other in single}
 
 
 def _with_links(nearest: dict[str, str], window: Sequence[NodeWithScore],

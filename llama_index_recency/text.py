@@ -13,15 +13,16 @@ from llama_index_recency.records import calendar_day
 MEMORY_DATE_PREFIX = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}: ")
 """The recorded date that starts each memory line (``memory_node`` writes it)."""
 
-# A sentence ends at .!? (closing quotes or brackets may follow) before a space and a capital,
-# digit or opening quote, unless the word before it is an initial or a title ("Dr. Tanaka",
-# "St. Louis", "U.S. Army"); or at 。！？ with more text after it, unless that text closes a
-# quote (「最高だ！」と言った is one sentence).
-_SENTENCE_END = re.compile(
-    r"(?<![A-Z])(?<!\b(?:Mr|Ms|Dr|St|Jr|Sr|Mt|No|vs))(?<!\bMrs)(?<!\bProf)"
-    r"[.!?][\"'”’)\]]*\s+(?=[A-Z0-9\"'“‘(])"
-    r"|[。！？]\s*(?=[^\s」』）)])"
+# Where a sentence may end: a run of .!?… (then closing quotes or brackets) before white space,
+# a run of 。！？!?．｡ (Japanese), or a line break.
+_SENTENCE_END = re.compile(r"([^\s]*?)([.!?…]+)[\"'”’)\]]*\s+|[。！？!?．｡]+|\n")
+_QUOTE_CLOSERS = "」』）)”’】》〉\"'"
+_ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof st jr sr mt gen capt sgt rev lt col gov sen rep ave rd blvd apt vol "
+    "approx etc vs jan feb mar apr jun jul aug sep sept oct nov dec e.g i.e a.m p.m".split()
 )
+"""Words that a period follows without ending the sentence ("Dr. Tanaka", "7 a.m. daily");
+so does a single letter (an initial: "J. K. Rowling", "U.S. Army") and "No." before a number."""
 
 # A date, ISO or Japanese (2099年1月1日), optionally with a time and offset, followed by a
 # colon, anywhere but the prefix.
@@ -64,8 +65,32 @@ def escape_memory_text(text: str) -> str:
 def is_one_statement(text: str) -> bool:
     """True when a memory's text, its date prefix aside, is one sentence, as the writer stores a
     fact; a turn of conversation or a document chunk usually says several things."""
-    body = MEMORY_DATE_PREFIX.sub("", text.strip(), count=1)
-    return _SENTENCE_END.search(body) is None
+    body = text.lstrip()
+    prefix = MEMORY_DATE_PREFIX.match(body)
+    body = (body[prefix.end():] if prefix else body).strip()
+    if not body:
+        return False
+    for end in _SENTENCE_END.finditer(body):
+        rest = body[end.end():].lstrip()
+        if not any(ch.isalnum() for ch in rest):
+            continue  # nothing but punctuation or an emoji follows
+        if end.group(2) is not None:  # . ! ? …: the next word must not go on in lower case
+            if rest[0].islower():
+                continue
+            word = end.group(1).lower().lstrip("\"'“‘(")
+            if end.group(2) == "." and _abbreviated(word, rest):
+                continue
+        elif rest[0] in _QUOTE_CLOSERS or body[end.end():][:1] in _QUOTE_CLOSERS:
+            continue  # 「最高だ！」と言った: the quote closes and the sentence goes on
+        return False
+    return True
+
+
+def _abbreviated(word: str, rest: str) -> bool:
+    """Whether the period after ``word`` marks an abbreviation rather than a sentence end."""
+    if word == "no":  # "No. 5", not "No. I haven't"
+        return rest[0].isdigit()
+    return len(word.rsplit(".", 1)[-1]) == 1 or word in _ABBREVIATIONS
 
 
 def memory_text(node: BaseNode, date_key: str = "date") -> str:

@@ -117,6 +117,17 @@ def test_a_written_link_between_memories_of_several_sentences_still_moves_the_ne
     ("ユーザーは「最高だ！」と言った。", True),
     ("ユーザーはラジオを聴いている。夫はテレビを観ている。", False),
     ("ありがとう！最近はポッドキャストを聴いているよ。", False),
+    ("OK. I'll try that tomorrow.", False),
+    ("I work at IBM. I love it there.", False),
+    ("No. I haven't been there yet.", False),
+    ("The user's favourite perfume is No. 5 by Chanel.", True),
+    ("Thanks! 😊 I went to the support group today.", False),
+    ("The user moved to Tokyo! 🎉", True),
+    ("I moved to Paris. Émile helped me.", False),
+    ("すごい!東京に引っ越した。", False),
+    ("first line\nsecond line", False),
+    ("2026-09-01: ", False),
+    ("I moved. 2026-01-05: then it rained.", False),
 ])
 def test_one_statement_is_one_sentence_in_english_and_japanese(text: str, one: bool) -> None:
     assert is_one_statement(text) is one
