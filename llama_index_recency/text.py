@@ -80,7 +80,7 @@ def is_one_statement(text: str) -> bool:
             word = end.group(1).lower().lstrip("\"'“‘(")
             if end.group(2) == "." and _abbreviated(word, rest):
                 continue
-        elif rest[0] in _QUOTE_CLOSERS or body[end.end():][:1] in _QUOTE_CLOSERS:
+        elif rest[0] in _QUOTE_CLOSERS:
             continue  # 「最高だ！」と言った: the quote closes and the sentence goes on
         return False
     return True
