@@ -44,6 +44,12 @@ def ranked(nodes: list[NodeWithScore], policy: RecencyPolicy = POLICY) -> list[s
 FILLERS = {f"f{i}": (0.55 - 0.01 * i, "2026-03-01") for i in range(6)}
 
 
+def with_texts(nodes: list[NodeWithScore], texts: dict[str, str]) -> None:
+    """Give the named candidates these texts (the others keep their id as their text)."""
+    for candidate in nodes:
+        candidate.node.set_content(texts.get(candidate.node.node_id, candidate.node.node_id))
+
+
 def test_a_newer_near_duplicate_moves_its_older_version_right_below_it() -> None:
     nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.76, "2026-11-01")},
                        twins={"new": "old"})
@@ -87,19 +93,15 @@ def test_a_near_duplicate_of_several_sentences_is_no_version(older: str, newer: 
     with it rather than replacing it, so nothing moves, however close their vectors."""
     nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.76, "2026-11-01")},
                        twins={"new": "old"})
-    texts = {"old": older, "new": newer}
-    for candidate in nodes:
-        candidate.node.set_content(texts.get(candidate.node.node_id, candidate.node.node_id))
+    with_texts(nodes, {"old": older, "new": newer})
     assert ranked(nodes)[:2] == ["old", "new"]
 
 
 def test_a_written_link_between_memories_of_several_sentences_still_moves_the_newer_one() -> None:
     nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.76, "2026-11-01")},
                        twins={})
-    texts = {"old": "The user drinks coffee black. No sugar.",
-             "new": "The user switched to café au lait. Sweet, with milk."}
-    for candidate in nodes:
-        candidate.node.set_content(texts.get(candidate.node.node_id, candidate.node.node_id))
+    with_texts(nodes, {"old": "The user drinks coffee black. No sugar.",
+                       "new": "The user switched to café au lait. Sweet, with milk."})
     nodes[-1].node.metadata[SUPERSEDES_KEY] = ["old"]
     assert ranked(nodes)[:2] == ["new", "old"]
 
