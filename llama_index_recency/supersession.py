@@ -133,9 +133,9 @@ def _between_statements(nearest: dict[str, str],
                          window: Sequence[NodeWithScore]) -> dict[str, str]:
     """The pairs of ``nearest`` whose two memories each state one thing (the pairs are found
     among all of the window's candidates, so the vectors' statistics stay the window's)."""
-    single = {c.node.node_id for c in window if is_one_statement(c.node.get_content())}
+    text = {c.node.node_id: c.node.get_content() for c in window}
     return {memory: other for memory, other in nearest.items()
-            if memory in single and other in single}
+            if is_one_statement(text[memory]) and is_one_statement(text[other])}
 
 
 def _with_links(nearest: dict[str, str], window: Sequence[NodeWithScore],
