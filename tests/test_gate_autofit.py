@@ -27,10 +27,10 @@ from llama_index_recency import (
     openai_like_llm,
 )
 from llama_index_recency.cli import main
-from llama_index_recency.cohort import cohort_texts
-from llama_index_recency.gate import fit_gate, refit_gate
-from llama_index_recency.language import nearest_language, question_language
-from llama_index_recency.store import gate_record, save_policy
+from llama_index_recency.models.cohort import cohort_texts
+from llama_index_recency.querying.gate import fit_gate, refit_gate
+from llama_index_recency.ranking.language import nearest_language, question_language
+from llama_index_recency.storage.store import gate_record, save_policy
 
 TODAY = date.today().isoformat()
 QUESTION = "What do I like to drink?"
@@ -240,7 +240,7 @@ def test_a_local_mode_store_refits_in_the_question_that_finds_it_due(e5, caplog)
 def test_a_server_store_is_read_once_per_interval(
     e5, monkeypatch
 ) -> None:
-    from llama_index_recency import retriever as module
+    from llama_index_recency.integrations import retriever as module
 
     now = [1000.0]
     monkeypatch.setattr(module, "_clock", lambda: now[0])
@@ -345,8 +345,8 @@ def test_a_bank_question_is_scored_by_its_best_memory_even_when_a_successor_goes
     """A linked successor placed before the memory it updates does not lower the question's
     best score: the fit must see what a question can bring, or it fits a gate too low."""
     from conftest import KnownCosineEmbedding, cosines_for
-    from llama_index_recency.records import SUPERSEDES_KEY
-    from llama_index_recency.retriever import offtopic_best
+    from llama_index_recency.records.nodes import SUPERSEDES_KEY
+    from llama_index_recency.integrations.retriever import offtopic_best
 
     old = memory_node("Taro drinks coffee black.", "2026-08-01")
     new = memory_node("Taro drinks café au lait.", "2026-08-20")
@@ -364,7 +364,7 @@ def test_two_models_of_one_name_and_two_sizes_each_fit_with_their_own_vectors() 
     """One model name can serve several vector sizes (Qwen3 truncated or not): the bank's
     cached vectors of one size are never asked of a store of the other."""
     from conftest import KnownCosineEmbedding, cosines_for
-    from llama_index_recency.retriever import offtopic_best
+    from llama_index_recency.integrations.retriever import offtopic_best
 
     bank = {"en": ["Which café is the best in Paris?"]}
     for count in (1, 3):

@@ -25,13 +25,13 @@ from llama_index_recency import (
     open_memory_index,
     openai_like_llm,
 )
-from llama_index_recency.scoring import MemoryDateError
-from llama_index_recency.store import (
+from llama_index_recency.ranking.policy import MemoryDateError
+from llama_index_recency.storage.store import (
     MemoryStoreLockedError,
     close_memory_index,
     count_memories,
 )
-from llama_index_recency.writer import MemoryWriteError, parse_transcript, remember
+from llama_index_recency.writing.writer import MemoryWriteError, parse_transcript, remember
 
 TODAY = "2026-09-10"
 TESTS = Path(__file__).parent
@@ -127,7 +127,7 @@ import sys
 sys.path.insert(0, {str(TESTS)!r})
 from test_hardening import numbered_memories
 from llama_index_recency import open_memory_index
-from llama_index_recency.store import MemoryStoreLockedError
+from llama_index_recency.storage.store import MemoryStoreLockedError
 NODES, EMBED = numbered_memories()
 """
 

@@ -19,9 +19,9 @@ from test_cli_errors import MEMORY, QUESTION, embedding_for, run_in_child
 
 from llama_index_recency import memory_node, open_memory_index
 from llama_index_recency.cli import main
-from llama_index_recency.edge import QdrantEdgeVectorStore
-from llama_index_recency.outbox import outbox_path
-from llama_index_recency.store import (
+from llama_index_recency.storage.edge import QdrantEdgeVectorStore
+from llama_index_recency.storage.outbox import outbox_path
+from llama_index_recency.storage.store import (
     MemoryStoreLockedError,
     close_memory_index,
     edge_shard_path,

@@ -6,7 +6,7 @@ import pytest
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from llama_index_recency import RecencyBonusPostprocessor, RecencyPolicy, question_intent
-from llama_index_recency.intent import PRESENT_PATTERNS
+from llama_index_recency.ranking.intent import PRESENT_PATTERNS
 
 
 @pytest.mark.parametrize("question", [
@@ -98,7 +98,7 @@ def test_a_present_marker_wins_over_the_simple_past(question: str) -> None:
 
 def test_the_present_list_is_extensible(monkeypatch: pytest.MonkeyPatch) -> None:
     assert question_intent("What's my routine as of today?") == "neutral"
-    monkeypatch.setattr("llama_index_recency.intent.PRESENT_PATTERNS",
+    monkeypatch.setattr("llama_index_recency.ranking.intent.PRESENT_PATTERNS",
                         [*PRESENT_PATTERNS, r"\bas of today\b"])
     assert question_intent("What's my routine as of today?") == "present"
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import KnownCosineEmbedding
 
 from llama_index_recency import QdrantRecencyRetriever, RecencyPolicy
-from llama_index_recency.records import has_subject
+from llama_index_recency.records.nodes import has_subject
 
 BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "knowledge_updates.py"
 

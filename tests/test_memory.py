@@ -10,8 +10,8 @@ from llama_index.core.schema import MetadataMode
 
 from llama_index_recency import memory_node
 from llama_index_recency.errors import FutureMemoryDateError
-from llama_index_recency.examples import example_memories, example_questions
-from llama_index_recency.records import MAX_FACT_CHARS, memory_id, quoted, with_subject
+from llama_index_recency.records.examples import example_memories, example_questions
+from llama_index_recency.records.nodes import MAX_FACT_CHARS, memory_id, quoted, with_subject
 
 
 def test_text_has_date_prefix_and_metadata_holds_iso_date() -> None:

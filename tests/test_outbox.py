@@ -6,8 +6,8 @@ import logging
 from dataclasses import replace
 from datetime import date
 
-from llama_index_recency.outbox import Conversation, Outbox
-from llama_index_recency.writer import Turn
+from llama_index_recency.storage.outbox import Conversation, Outbox
+from llama_index_recency.writing.writer import Turn
 
 TEA = Conversation(turns=(Turn("user", "I like green tea."), Turn("assistant", "Noted!")),
                    day=date(2026, 9, 10), user_id="hanako", user_name="Hanako")

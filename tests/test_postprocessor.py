@@ -11,7 +11,7 @@ from conftest import KnownCosineEmbedding, cosines_for
 from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
 
 from llama_index_recency import RecencyBonusPostprocessor, memory_node, open_memory_index
-from llama_index_recency.scoring import MemoryDateError
+from llama_index_recency.ranking.policy import MemoryDateError
 
 SEED_TODAY = "2026-09-10"
 

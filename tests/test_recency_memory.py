@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from conftest import OpenAIServer
 
-from llama_index_recency.backup import export_memories
-from llama_index_recency.edge import MemoryStoreLockedError
-from llama_index_recency.records import memory_node
-from llama_index_recency.models import openai_like_llm
+from llama_index_recency.writing.backup import export_memories
+from llama_index_recency.storage.edge import MemoryStoreLockedError
+from llama_index_recency.records.nodes import memory_node
+from llama_index_recency.models.factories import openai_like_llm
 from llama_index_recency.recency_memory import RecencyMemory
-from llama_index_recency.scoring import RecencyPolicy
-from llama_index_recency.store import MemoryNotFoundError, index_policy, open_memory_index
-from llama_index_recency.writer import Turn
+from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.storage.store import MemoryNotFoundError, index_policy, open_memory_index
+from llama_index_recency.writing.writer import Turn
 
 TODAY = "2026-09-10"
 COFFEE = "How do I take my coffee again?"

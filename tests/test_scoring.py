@@ -8,7 +8,7 @@ import pytest
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from llama_index_recency import RecencyPolicy
-from llama_index_recency.scoring import parse_memory_date
+from llama_index_recency.ranking.policy import parse_memory_date
 
 PLUS_ONE = timezone(timedelta(hours=1))
 MINUS_TWELVE = timezone(timedelta(hours=-12))

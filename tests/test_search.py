@@ -12,9 +12,9 @@ from llama_index.core.schema import NodeWithScore, TextNode
 from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
 
 from llama_index_recency import RecencyPolicy
-from llama_index_recency.scoring import MemoryDateError
-from llama_index_recency.scoring import parse_memory_date
-from llama_index_recency.search import (
+from llama_index_recency.ranking.policy import MemoryDateError
+from llama_index_recency.ranking.policy import parse_memory_date
+from llama_index_recency.ranking.plan import (
     MemorySearch,
     exact_recency_search,
     linked_memories,

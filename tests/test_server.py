@@ -18,8 +18,8 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
-from llama_index_recency.store import close_memory_index
-from llama_index_recency.updates import forget
+from llama_index_recency.storage.store import close_memory_index
+from llama_index_recency.writing.updates import forget
 
 from conftest import QUERY, KnownCosineEmbedding, cosines_for
 

@@ -22,9 +22,9 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
-from llama_index_recency.edge import QdrantEdgeVectorStore
-from llama_index_recency.embeddings import EmbeddingMismatchError
-from llama_index_recency.store import (
+from llama_index_recency.storage.edge import QdrantEdgeVectorStore
+from llama_index_recency.models.embeddings import EmbeddingMismatchError
+from llama_index_recency.storage.store import (
     EMBEDDING_METADATA_KEY,
     MemoryStoreLockedError,
     MemoryStoreNotFoundError,
@@ -156,7 +156,7 @@ def test_a_migrate_killed_mid_copy_keeps_its_identity_and_a_rerun_finishes(tmp_p
     write_0_1_0_store(source)
     code = f"""
         import os
-        import llama_index_recency.migration as migration
+        import llama_index_recency.storage.migration as migration
         migration._COPY_BATCH = 3  # 8 memories: kill -9 after the first of three batches
         migration.migrate_store({str(source)!r}, {str(target)!r},
                                 progress=lambda copied: os.kill(os.getpid(), 9))
@@ -274,8 +274,8 @@ def test_closing_a_local_mode_store_releases_it(tmp_path: Path, use_async: bool)
 
 
 def test_get_memories_of_one_user_newest_first_and_the_async_twins(tmp_path) -> None:
-    from llama_index_recency.store import aget_memories, get_memories
-    from llama_index_recency.updates import aforget
+    from llama_index_recency.storage.store import aget_memories, get_memories
+    from llama_index_recency.writing.updates import aforget
 
     embed = KnownCosineEmbedding({memory_node(f"Fact {i}.", d, user_id=u).get_content(): 0.5
                                   for i, (d, u) in enumerate(DAYS_USERS)})

@@ -15,17 +15,17 @@ from llama_index_recency import (
     open_memory_index,
 )
 from llama_index_recency.errors import PartialWriteError
-from llama_index_recency.links import memory_history
-from llama_index_recency.store import MemoryNotFoundError
-from llama_index_recency.updates import aforget, aupdate_memory, update_memory
-from llama_index_recency.store import (
+from llama_index_recency.storage.history import memory_history
+from llama_index_recency.storage.store import MemoryNotFoundError
+from llama_index_recency.writing.updates import aforget, aupdate_memory, update_memory
+from llama_index_recency.storage.store import (
     count_memories,
     delete_memories,
     get_memories,
     is_local_mode_store,
 )
-from llama_index_recency.records import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
-from llama_index_recency.updates import forget, insert_memories
+from llama_index_recency.records.nodes import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
+from llama_index_recency.writing.updates import forget, insert_memories
 
 from conftest import QUERY, KnownCosineEmbedding, cosines_for
 
@@ -95,7 +95,7 @@ def test_successors_stay_inside_the_scope(index, monkeypatch) -> None:
     # memory into taro's prompt.
     leaked.embedding = [0.1] + [0.0] * len(RAWS)
     leaked.embedding[1] = (1 - 0.01) ** 0.5
-    monkeypatch.setattr("llama_index_recency.updates.check_link", lambda newer, older: None)
+    monkeypatch.setattr("llama_index_recency.writing.updates.check_link", lambda newer, older: None)
     insert_memories(index, [leaked])
     _, found = retrieve(index, user_id="taro")
     assert {n.node.metadata["user_id"] for n in found} == {"taro"}

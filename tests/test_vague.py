@@ -23,8 +23,8 @@ from llama_index_recency import (
     open_memory_index,
     openai_like_llm,
 )
-from llama_index_recency.prompts import MEMORY_RULES, VAGUE_REFERENCE_NOTE, render_memory_block
-from llama_index_recency.vague import VAGUE_REFERENCE_PATTERNS, is_vague_reference
+from llama_index_recency.integrations.prompts import MEMORY_RULES, VAGUE_REFERENCE_NOTE, render_memory_block
+from llama_index_recency.ranking.vague import VAGUE_REFERENCE_PATTERNS, is_vague_reference
 
 BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "vague_reference.py"
 

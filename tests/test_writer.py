@@ -19,10 +19,10 @@ from llama_index_recency import (
     openai_like_llm,
 )
 from llama_index_recency.errors import FutureMemoryDateError
-from llama_index_recency.links import memory_history
-from llama_index_recency.store import count_memories, get_memories
-from llama_index_recency.embeddings import EmbeddingAPIError, FallbackEmbedding
-from llama_index_recency.writer import (
+from llama_index_recency.storage.history import memory_history
+from llama_index_recency.storage.store import count_memories, get_memories
+from llama_index_recency.models.embeddings import EmbeddingAPIError, FallbackEmbedding
+from llama_index_recency.writing.writer import (
     EXTRACTION_TOOL,
     MAX_CHUNK_CHARS,
     MemoryWriteError,
@@ -193,7 +193,7 @@ INVALID_FACTS = [  # (proposed fact, the reason it is refused, as a regex)
 
 
 def writer_warnings(caplog) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "llama_index_recency.writer"]
+    return [r for r in caplog.records if r.name == "llama_index_recency.writing.writer"]
 
 
 @pytest.mark.slow

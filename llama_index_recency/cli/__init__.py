@@ -1,7 +1,7 @@
 """Command line ``llama-index-recency``: demo, calibrate, and add / ask / list / remember / forget /
 history / export / import on a store.
 
-Ranking uses the store's policy (:func:`~llama_index_recency.store.index_policy`: the one
+Ranking uses the store's policy (:func:`~llama_index_recency.storage.store.index_policy`: the one
 ``calibrate --save`` recorded, else the model's shipped one); ``--weight``, ``--tau-days``
 and ``--threshold`` override it. ``--user`` scopes add / ask / list / remember / forget /
 history / export to one user's memories.

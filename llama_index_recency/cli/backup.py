@@ -1,5 +1,5 @@
 """The subcommands export, import and history, and ``list --json``: backing up, restoring and
-inspecting a store's memories (the JSON Lines of :mod:`llama_index_recency.backup`)."""
+inspecting a store's memories (the JSON Lines of :mod:`llama_index_recency.writing.backup`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Iterable
 
-from llama_index_recency.backup import (
+from llama_index_recency.writing.backup import (
     MemoryFile,
     MemoryFileError,
     memory_lines,
@@ -17,8 +17,8 @@ from llama_index_recency.backup import (
 )
 from llama_index_recency.cli.rendering import literal, memory_table, summary
 from llama_index_recency.cli.session import CommandError, Location, Session, default_store_path
-from llama_index_recency.links import memory_history
-from llama_index_recency.store import (
+from llama_index_recency.storage.history import memory_history
+from llama_index_recency.storage.store import (
     MemoryNotFoundError,
     MemoryStore,
     close_memory_index,

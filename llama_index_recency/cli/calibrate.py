@@ -10,7 +10,7 @@ from llama_index.core import VectorStoreIndex
 from rich.console import Console
 from rich.text import Text
 
-from llama_index_recency.calibration import (
+from llama_index_recency.fitting.calibration import (
     SEED_GRID,
     RetrievedCandidates,
     calibrate,
@@ -25,18 +25,18 @@ from llama_index_recency.cli.rendering import (
     policy_fit_table,
 )
 from llama_index_recency.cli.session import CommandError, Location, Session
-from llama_index_recency.examples import (
+from llama_index_recency.records.examples import (
     EXAMPLE_LANGUAGES,
     EXAMPLE_REFERENCE_DATE,
     ExampleQuestion,
     example_memories,
     example_questions,
 )
-from llama_index_recency.gate import calibrate_gate, offtopic_questions
-from llama_index_recency.models import COHORT_POLICY
-from llama_index_recency.policy_fit import fit_policy, raw_cosine_sd
-from llama_index_recency.scoring import RecencyPolicy
-from llama_index_recency.store import count_memories, index_policy, save_policy
+from llama_index_recency.querying.gate import calibrate_gate, offtopic_questions
+from llama_index_recency.models.factories import COHORT_POLICY
+from llama_index_recency.fitting.policy_fit import fit_policy, raw_cosine_sd
+from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.storage.store import count_memories, index_policy, save_policy
 
 
 def run_calibrate(args: argparse.Namespace, session: Session) -> int:

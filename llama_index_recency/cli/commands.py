@@ -25,7 +25,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from llama_index_recency.chat import MemoryResponseSynthesizer
+from llama_index_recency.integrations.chat import MemoryResponseSynthesizer
 from llama_index_recency.cli.backup import print_json_lines
 from llama_index_recency.cli.inputs import (
     check_file_links,
@@ -54,26 +54,26 @@ from llama_index_recency.cli.session import (
     default_store_path,
     reason,
 )
-from llama_index_recency.examples import EXAMPLE_REFERENCE_DATE, example_memories, example_questions
-from llama_index_recency.filters import memory_scope
-from llama_index_recency.records import FutureMemoryDateError, check_not_future
-from llama_index_recency.models import LLM_BASE_URL_ENV, is_http_url, openai_like_llm
-from llama_index_recency.outbox import Outbox, outbox_path
-from llama_index_recency.postprocessor import RecencyBonusPostprocessor
-from llama_index_recency.prompts import RETRIEVED_MEMORY_PROMPT
-from llama_index_recency.retriever import QdrantRecencyRetriever
-from llama_index_recency.ranked import RecencyRanking
-from llama_index_recency.scoring import RecencyPolicy
-from llama_index_recency.store import (
+from llama_index_recency.records.examples import EXAMPLE_REFERENCE_DATE, example_memories, example_questions
+from llama_index_recency.storage.filters import memory_scope
+from llama_index_recency.records.nodes import FutureMemoryDateError, check_not_future
+from llama_index_recency.models.factories import LLM_BASE_URL_ENV, is_http_url, openai_like_llm
+from llama_index_recency.storage.outbox import Outbox, outbox_path
+from llama_index_recency.integrations.postprocessor import RecencyBonusPostprocessor
+from llama_index_recency.integrations.prompts import RETRIEVED_MEMORY_PROMPT
+from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
+from llama_index_recency.ranking.ranked import RecencyRanking
+from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.storage.store import (
     close_memory_index,
     count_memories,
     get_memories,
     index_policy,
     migrate_store,
 )
-from llama_index_recency.updates import forget
-from llama_index_recency.vague import is_vague_reference
-from llama_index_recency.writer import remember
+from llama_index_recency.writing.updates import forget
+from llama_index_recency.ranking.vague import is_vague_reference
+from llama_index_recency.writing.writer import remember
 
 
 def _policy(args: argparse.Namespace, index: VectorStoreIndex, today: Any) -> RecencyPolicy:

@@ -24,7 +24,7 @@ PROGRESS_INTERVAL = 5.0
 
 
 class PhaseProgress:
-    """``on_progress`` for :func:`~llama_index_recency.updates.insert_memories`.
+    """``on_progress`` for :func:`~llama_index_recency.writing.updates.insert_memories`.
 
     On a terminal (``console.is_terminal``): a transient bar per phase. Otherwise, on
     ``lines`` (stderr): ``storing: 1200/5000 memories, 240/s, ETA 16 s`` once a phase has

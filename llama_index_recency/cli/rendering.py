@@ -11,18 +11,18 @@ from llama_index.core.schema import BaseNode, NodeWithScore
 from rich.table import Table
 from rich.text import Text
 
-from llama_index_recency.calibration import (
+from llama_index_recency.fitting.calibration import (
     DEFAULT_KEY,
     Calibration,
     ThresholdFit,
     format_score,
 )
-from llama_index_recency.policy_fit import PolicyFit
+from llama_index_recency.fitting.policy_fit import PolicyFit
 from llama_index_recency.cli.session import Location, Written
-from llama_index_recency.records import USER_ID_KEY
-from llama_index_recency.models import LLM_BASE_URL_ENV
-from llama_index_recency.ranked import RecencyRanking
-from llama_index_recency.scoring import RecencyPolicy
+from llama_index_recency.records.nodes import USER_ID_KEY
+from llama_index_recency.models.factories import LLM_BASE_URL_ENV
+from llama_index_recency.ranking.ranked import RecencyRanking
+from llama_index_recency.ranking.policy import RecencyPolicy
 
 _CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 

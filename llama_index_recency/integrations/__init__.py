@@ -1,0 +1,1 @@
+"""Integrations: the LlamaIndex retriever, postprocessor, memory block, chat and prompts."""

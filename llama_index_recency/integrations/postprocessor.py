@@ -1,0 +1,133 @@
+"""A node postprocessor that adds a recency bonus to retrieved memories and applies the cutoff."""
+
+from __future__ import annotations
+
+import logging
+from typing import List, Optional
+
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, model_validator
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
+
+from llama_index_recency.errors import InvalidInputError
+from llama_index_recency.models.cohort import relevance_cohort
+from llama_index_recency.ranking.news import about_the_news
+from llama_index_recency.ranking.ranked import RecencyRanking
+from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.ranking.supersession import newer_versions_first
+
+logger = logging.getLogger(__name__)
+
+
+class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
+    """Re-rank retrieved memories by cosine + ``weight * exp(-age_days / tau_days)``.
+
+    Retrieve generously (``similarity_top_k=8``), then this keeps at most ``top_n``
+    memories whose post-bonus score reaches ``threshold``; each returned node's score
+    is its final score. :meth:`explain` shows the numbers behind the decision.
+    """
+
+    past_bonus_scale: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Bonus multiplier for questions that explicitly point to the past ('this is "
+            "an old story, but…', 'back in the summer…'; see intent.PAST_POINTING_PATTERNS) "
+            "when past_weight is None. 1.0 (default) turns the option off; 0.0 removes "
+            "the bonus for them."
+        ),
+    )
+
+    embed_model: Optional[BaseEmbedding] = Field(
+        default=None,
+        exclude=True,
+        description=(
+            "The index's embedding model; needed with relevance='cohort' to scale the "
+            "question against the cohort (its vector is reused when the retriever set it), "
+            "and with supersede_margin for candidates retrieved without their embeddings."
+        ),
+    )
+
+    _warned_no_vectors: bool = PrivateAttr(default=False)
+
+    @model_validator(mode="after")
+    def _cohort_needs_the_model(self) -> "RecencyBonusPostprocessor":
+        if self.relevance == "cohort" and self.embed_model is None:
+            raise InvalidInputError(
+                "relevance='cohort' needs embed_model= (the index's embedding model) to "
+                "scale each question against the cohort"
+            )
+        return self
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "RecencyBonusPostprocessor"
+
+    def explain(
+        self,
+        nodes: List[NodeWithScore],
+        query_bundle: Optional[QueryBundle] = None,
+    ) -> RecencyRanking:
+        """Score every candidate and say which are kept and why (raw, age, bonus, final),
+        with the bonus the question's intent calls for and newer versions placed first (none
+        kept for a question about the news)."""
+        policy = self if query_bundle is None else self.for_question(query_bundle.query_str)
+        if self.relevance == "cohort":
+            nodes = self._cohort_scaled(nodes, query_bundle)
+        reference = policy.reference()
+        ranking = policy.rank(nodes, reference)
+        if query_bundle is not None:
+            ranking = self.asked(ranking, query_bundle.query_str)
+        if policy.supersede_margin is not None:
+            ranking = newer_versions_first(ranking, self._with_vectors(nodes), policy, reference)
+        return ranking if query_bundle is None else about_the_news(ranking, query_bundle.query_str)
+
+    def _with_vectors(self, nodes: List[NodeWithScore]) -> List[NodeWithScore]:
+        """The candidates with embeddings: their own, else computed by ``embed_model``; without
+        either, versions are not compared (logged once)."""
+        missing = [n for n in nodes if not n.node.embedding]
+        if not missing:
+            return nodes
+        if self.embed_model is None:
+            if not self._warned_no_vectors:
+                self._warned_no_vectors = True
+                logger.warning("supersede_margin is set but %d candidates carry no embedding "
+                               "and no embed_model is given: newer versions are not placed "
+                               "first (not reported again)", len(missing))
+            return [n for n in nodes if n.node.embedding]
+        texts = [n.node.get_content(metadata_mode=MetadataMode.EMBED) for n in missing]
+        vectors = self.embed_model.get_text_embedding_batch(texts)
+        filled = {n.node.node_id: vector for n, vector in zip(missing, vectors, strict=True)}
+        return [n if n.node.embedding else NodeWithScore(
+            node=n.node.model_copy(update={"embedding": filled[n.node.node_id]}), score=n.score)
+            for n in nodes]
+
+    def _cohort_scaled(
+        self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle]
+    ) -> List[NodeWithScore]:
+        """The candidates' cosines in the question's cohort units."""
+        if query_bundle is None:
+            raise InvalidInputError(
+                "relevance='cohort' needs the question (query_bundle) to scale by")
+        assert self.embed_model is not None  # checked at construction
+        vector = query_bundle.embedding or self.embed_model.get_agg_embedding_from_queries(
+            query_bundle.embedding_strs
+        )
+        return relevance_cohort(self.embed_model).scale(vector).apply(nodes)
+
+    def _postprocess_nodes(
+        self,
+        nodes: List[NodeWithScore],
+        query_bundle: Optional[QueryBundle] = None,
+    ) -> List[NodeWithScore]:
+        return list(self.explain(nodes, query_bundle).nodes)
+
+    async def _apostprocess_nodes(
+        self,
+        nodes: List[NodeWithScore],
+        query_bundle: Optional[QueryBundle] = None,
+    ) -> List[NodeWithScore]:
+        # Pure arithmetic on a handful of nodes: no reason to hop to a thread.
+        return self._postprocess_nodes(nodes, query_bundle)

@@ -1,0 +1,286 @@
+"""The exact recency search: which plain cosine searches prove the top n by cosine + bonus.
+
+A memory's bonus is at most ``weight`` and shrinks with age, so a few cheap plain searches
+bound every memory they did not return. ``S`` is the top ``limit`` by raw cosine; tier ``j``
+is the top ``limit`` among memories dated within ``A_j`` days. A memory in no result has
+raw cosine at most the ``limit``-th raw score of every set it belongs to, and a bonus at
+most ``weight * exp(-A_(j-1) / tau)`` if it is older than ``A_(j-1)``. Once the n-th kept
+final score beats the largest such bound (or the bound is under the threshold), nothing
+unseen can change the answer; otherwise the searches widen. The answer is then exactly
+what :class:`~llama_index_recency.RecencyBonusPostprocessor` would keep if it saw every
+memory, for any number of memories near the top.
+
+The plan is engine-neutral: it yields :class:`MemorySearch` descriptions and receives
+their results, so every engine (Qdrant Edge, a server, qdrant-client's local mode) runs
+the same algorithm, sync or async, and only translates the request.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Optional
+
+from llama_index.core.schema import NodeWithScore
+from llama_index.core.vector_stores.types import (
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+)
+
+from llama_index_recency.ranking.ranked import RecencyRanking
+from llama_index_recency.ranking.policy import RecencyPolicy
+
+TIER_BONUS_FRACTIONS: tuple[float, ...] = (1 / 2, 1 / 8, 1 / 32, 1 / 256, 1 / 4096)
+"""Tier j holds memories young enough to get at least this share of ``weight``.
+
+A tier is searched only when its age bracket holds the largest bound, so the deep ones
+cost nothing unless near-ties among old memories need them."""
+
+FIRST_LIMIT = 16
+"""Results per search in the first round; each later round asks for 4x as many."""
+
+# Tier boundaries are widened a little so datetime rounding in an engine can only add
+# members to a tier (harmless), never drop one that belongs to it.
+_TIER_SLACK = timedelta(minutes=1)
+SCORE_SLACK = 1e-6
+"""Raw scores come from float32 vectors: a proof needs this margin above that rounding."""
+# "Any readable datetime": the lower end of a range that every stored date passes.
+EARLIEST_DATE = "0001-01-01T00:00:00+00:00"
+
+
+@dataclass(frozen=True)
+class MemorySearch:
+    """One plain cosine search: the top ``limit`` memories, only those dated ``since`` if set.
+
+    ``filters`` is the caller's scope (a user, a kind, ...), applied inside the search;
+    ``ids`` restricts it to those memories (to score known ones); ``linked`` = (key, ids)
+    to the memories whose list under ``key`` names one of ``ids`` (successor links);
+    ``with_vectors``: the results carry their embeddings.
+    """
+
+    limit: int
+    filters: Optional[MetadataFilters] = None
+    since: Optional[datetime] = None
+    undated_only: bool = False
+    ids: Optional[tuple[str, ...]] = None
+    linked: Optional[tuple[str, tuple[str, ...]]] = None
+    with_vectors: bool = False
+
+    def metadata_filters(self, date_key: str) -> Optional[MetadataFilters]:
+        """The whole condition as LlamaIndex ``MetadataFilters``: scope AND the date condition."""
+        conditions: list[MetadataFilter | MetadataFilters] = []
+        if self.filters is not None and self.filters.filters:
+            conditions.append(self.filters)
+        if self.linked is not None:
+            key, ids = self.linked
+            conditions.append(MetadataFilter(key=key, operator=FilterOperator.IN, value=list(ids)))
+        if self.since is not None:
+            conditions.append(_date_since(date_key, self.since.isoformat()))
+        if self.undated_only:
+            conditions.append(
+                MetadataFilters(filters=[_date_since(date_key, EARLIEST_DATE)],
+                                condition=FilterCondition.NOT)
+            )
+        if not conditions:
+            return None
+        if len(conditions) == 1 and isinstance(conditions[0], MetadataFilters):
+            return conditions[0]
+        return MetadataFilters(filters=conditions, condition=FilterCondition.AND)
+
+
+def dated_filter(date_key: str) -> MetadataFilters:
+    """Memories whose ``date_key`` holds a readable datetime."""
+    return MetadataFilters(filters=[_date_since(date_key, EARLIEST_DATE)])
+
+
+def _date_since(date_key: str, iso: str) -> MetadataFilter:
+    return MetadataFilter(key=date_key, operator=FilterOperator.GTE, value=iso)
+
+
+SearchPlan = Generator[MemorySearch, Sequence[NodeWithScore], RecencyRanking]
+"""Yields searches, receives each one's results (best raw cosine first), returns the ranking."""
+
+
+def reusing_link_searches(plan: SearchPlan) -> SearchPlan:
+    """``plan`` with each link search that an earlier complete one of the same plan answers
+    (same key, scope and options, a subset of its ids) answered from that one's results:
+    the newer-versions step and the successor walk ask for the same links."""
+    complete: list[tuple[MemorySearch, Sequence[NodeWithScore]]] = []
+    try:
+        search = next(plan)
+        while True:
+            reused = _answered_by(complete, search)
+            if reused is not None:
+                search = plan.send(reused)
+                continue
+            results = yield search
+            if search.linked is not None and len(results) < search.limit:
+                complete.append((search, results))
+            search = plan.send(results)
+    except StopIteration as done:
+        return done.value
+
+
+def _answered_by(complete: Sequence[tuple[MemorySearch, Sequence[NodeWithScore]]],
+                 search: MemorySearch) -> Optional[list[NodeWithScore]]:
+    if search.linked is None:
+        return None
+    key, ids = search.linked
+    wanted = set(ids)
+    for earlier, results in complete:
+        assert earlier.linked is not None
+        if (earlier.linked[0] == key and wanted <= set(earlier.linked[1])
+                and replace(earlier, limit=search.limit, linked=search.linked,
+                            with_vectors=search.with_vectors) == search
+                and (earlier.with_vectors or not search.with_vectors)):
+            return [node for node in results if wanted & _listed(node.node.metadata.get(key))
+                    ][:search.limit]
+    return None
+
+
+def _listed(value: object) -> set[str]:
+    """A payload value as the engine's IN condition reads it: a list's items, else itself."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return {str(item) for item in items if item is not None}
+
+
+def linked_memories(
+    key: str, ids: tuple[str, ...], filters: Optional[MetadataFilters] = None
+) -> Generator[MemorySearch, Sequence[NodeWithScore], list[NodeWithScore]]:
+    """Every memory whose list under ``key`` names one of ``ids``, inside ``filters``: one
+    filtered search, widened until it comes back short, so none is cut off."""
+    limit = max(FIRST_LIMIT, 4 * len(ids))
+    while True:
+        found = list((yield MemorySearch(limit=limit, filters=filters, linked=(key, ids))))
+        if len(found) < limit:
+            return found
+        limit *= 4
+
+
+def exact_recency_search(
+    policy: RecencyPolicy,
+    reference: datetime,
+    filters: Optional[MetadataFilters] = None,
+    first_limit: int = FIRST_LIMIT,
+) -> SearchPlan:
+    """The searches that prove the top ``policy.top_n``; returns the policy's ranking of the window.
+
+    The ranking's rows are the seen memories with raw cosine >= threshold - weight (the
+    only ones that can pass), ranked by :meth:`RecencyPolicy.rank` itself; its nodes are
+    exactly what the policy would keep over the whole store.
+    """
+    floor = candidate_floor(policy)
+    if policy.on_missing_date == "raise":
+        # A memory without a date anywhere in the window would make the policy raise.
+        undated = yield MemorySearch(limit=1, filters=filters, undated_only=True)
+        window_undated = [c for c in undated if (c.score or 0.0) >= floor]
+        policy.rank(window_undated, reference)  # raises MemoryDateError naming it
+    tier_ages = [policy.tau_days * math.log(1 / share) for share in TIER_BONUS_FRACTIONS]
+    seen: dict[str, NodeWithScore] = {}
+    passing: list[float] = []  # final scores >= threshold among the seen (the proof needs only these)
+    limit = first_limit
+    while True:
+        # kth[j]: the limit-th raw score of set j (0 = every memory, j = tier j), or -inf
+        # when the set came back short, i.e. every member of it has been seen.
+        kth: dict[int, float] = {}
+        while True:
+            target = _next_set(policy, tier_ages, kth, _goal(policy, passing))
+            if target is None:
+                break  # no search at this limit can lower the bound enough: widen
+            since = None if target == 0 else _tier_start(reference, tier_ages[target - 1])
+            results = yield MemorySearch(limit=limit, filters=filters, since=since)
+            for candidate in results:
+                if candidate.node.node_id not in seen:
+                    seen[candidate.node.node_id] = candidate
+                    final = policy.final_score(candidate.score or 0.0,
+                                               candidate.node.metadata.get(policy.date_key),
+                                               reference)
+                    if final is not None and final >= policy.threshold:
+                        passing.append(final)
+            kth[target] = (results[-1].score or 0.0) if len(results) >= limit else -math.inf
+            if _unseen_bound(policy, tier_ages, kth) < _goal(policy, passing):
+                return _rank_window(policy, reference, seen.values(), floor)
+        limit *= 4
+
+
+def candidate_floor(policy: RecencyPolicy) -> float:
+    """The lowest relevance a memory can have and still reach the threshold with a full bonus."""
+    return policy.threshold - policy.weight - SCORE_SLACK
+
+
+def _tier_start(reference: datetime, age_days: float) -> datetime:
+    """The earliest date in a tier (a little earlier, see _TIER_SLACK); a tier reaching past
+    year 1 (a huge tau) holds every dated memory."""
+    try:
+        return reference - timedelta(days=age_days) - _TIER_SLACK
+    except OverflowError:
+        return datetime.fromisoformat(EARLIEST_DATE)
+
+
+def _next_set(
+    policy: RecencyPolicy, tier_ages: list[float], kth: dict[int, float], goal: float
+) -> Optional[int]:
+    """The next search: every memory first; then the tier of the age bracket with the
+    largest bound among those that still reach ``goal`` and whose tier is not searched
+    yet. None: no search at this limit can help, only a larger limit."""
+    if 0 not in kth:
+        return 0
+    terms = _bracket_terms(policy, tier_ages, kth)
+    open_brackets = [b for b, term in enumerate(terms) if term + SCORE_SLACK >= goal]
+    for bracket in sorted(open_brackets, key=lambda b: -terms[b]):
+        tier = bracket + 1  # the youngest tier covering the bracket (the oldest has none)
+        if tier <= len(tier_ages) and tier not in kth:
+            return tier
+    return None
+
+
+def _bracket_terms(
+    policy: RecencyPolicy, tier_ages: list[float], kth: dict[int, float]
+) -> list[float]:
+    """Per age bracket, the highest final score an unseen memory in it could have.
+
+    Bracket b (0-based) holds ages in (A_(b-1), A_b], the last one every older or undated
+    memory. Its raw cosine is at most the limit-th raw score of every searched set that
+    covers it (every memory, and tiers b+1 and up); its bonus at most the bonus at A_(b-1).
+    """
+    terms = []
+    for bracket in range(len(tier_ages) + 1):
+        covering = [kth[0]] + [
+            kth[tier] for tier in range(bracket + 1, len(tier_ages) + 1) if tier in kth
+        ]
+        youngest = 0.0 if bracket == 0 else tier_ages[bracket - 1]
+        terms.append(min(covering) + policy.bonus(youngest))
+    return terms
+
+
+def _unseen_bound(policy: RecencyPolicy, tier_ages: list[float], kth: dict[int, float]) -> float:
+    return max(_bracket_terms(policy, tier_ages, kth)) + SCORE_SLACK
+
+
+def _goal(policy: RecencyPolicy, passing: list[float]) -> float:
+    """What every unseen memory's bound must fall under for the answer to be proven: the
+    threshold while fewer than n pass, else the n-th best final score."""
+    top = heapq.nlargest(policy.top_n, passing)
+    return top[-1] if len(top) == policy.top_n else policy.threshold
+
+
+def _rank_window(
+    policy: RecencyPolicy,
+    reference: datetime,
+    seen: Iterable[NodeWithScore],
+    floor: float,
+) -> RecencyRanking:
+    """Rank the seen memories that can pass (raw >= threshold - weight), best raw first.
+
+    Ties (equal raw cosine) go by node id, so the answer never depends on which search
+    happened to see a memory first."""
+    window = sorted(
+        (c for c in seen if (c.score or 0.0) >= floor),
+        key=lambda c: (-(c.score or 0.0), c.node.node_id),
+    )
+    return policy.rank(window, reference)

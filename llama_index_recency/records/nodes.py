@@ -1,0 +1,282 @@
+"""Memory records: one dated fact sentence per ``TextNode``: its keys, ids, ``memory_node`` and
+the conversation ``Turn``."""
+
+from __future__ import annotations
+
+import logging
+import re
+import unicodedata
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import date, datetime, timezone
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+from llama_index.core.schema import BaseNode, TextNode
+
+from llama_index_recency.errors import FutureMemoryDateError, InvalidInputError
+from llama_index_recency.records.dates import parse_memory_date
+
+logger = logging.getLogger(__name__)
+
+# A fixed namespace makes memory ids reproducible across processes and machines.
+MEMORY_NAMESPACE = uuid.UUID("5b0f7c1e-8f53-4c54-9d0e-3a1f1d2c7e61")
+
+MAX_FACT_CHARS = 1_000
+"""Longest fact a memory may hold, in characters (date prefix not counted).
+
+A memory is one fact sentence (the bundled ones are 20-70 characters). 1,000 leaves room
+for a long Japanese or English sentence while staying within what the embedding models
+read (all-MiniLM-L6-v2 truncates at 256 word pieces, about 1,000 English characters: a
+longer tail would be stored but never searched) and far below an LLM's context window,
+so a retrieved memory always fits in one prompt.
+"""
+
+SUBJECT_PLACEHOLDERS = {"en": "The user", "ja": "ユーザー"}
+"""The generic subject the writer puts in facts, per language; ``user_name`` replaces it."""
+
+_GENERIC_SUBJECT = re.compile(
+    r"\b(?:[Tt]he user|User)\b"  # English: "The user", "the user's", "User"
+    r"|(?<![\u30a0-\u30ff])ユーザー(?![\u30a0-\u30ff])"  # Japanese, not inside a longer katakana word
+)
+
+
+Role = Literal["user", "assistant"]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One message of a conversation."""
+
+    role: Role
+    text: str
+
+
+USER_ID_KEY = "user_id"
+"""Metadata / payload key scoping a memory to one user."""
+
+SUPERSEDES_KEY = "supersedes"
+"""Metadata key: ids of the earlier memories a memory updates or contradicts."""
+
+SUPERSEDED_BY_KEY = "superseded_by"
+"""Metadata key of the back links stores made by 0.2.0 hold (ids of the later memories): read,
+never written."""
+
+
+def check_not_future(memory_date: date | datetime | str, *,
+                     reference_date: date | datetime | str | None = None) -> date:
+    """The calendar day of ``memory_date``, or :class:`FutureMemoryDateError` when that day
+    is more than one day after ``reference_date``'s (default: today, the machine's date).
+
+    Tomorrow is accepted: the user's day can be ahead of the machine's (time zones). A
+    later date is almost always a typo (2099 for 2026) and would rank as brand new for years.
+    """
+    day = calendar_day(memory_date)
+    today = date.today() if reference_date is None else calendar_day(reference_date)
+    if (day - today).days > 1:
+        raise FutureMemoryDateError(day, today)
+    return day
+
+
+class SeveralUsersWarning:
+    """Warns once when a reader without ``user_id`` meets memories of several users: each
+    user's memories can then reach another's prompt or extraction (a scoped reader never warns)."""
+
+    def __init__(self, reader: str, *, scoped: bool = False) -> None:
+        self._reader = reader
+        self._warned = scoped
+
+    def check(self, nodes: Iterable[BaseNode]) -> None:
+        """Log the warning (the first time only) when ``nodes`` hold more than one user id."""
+        if self._warned:
+            return
+        users = sorted({str(user) for node in nodes
+                        if (user := node.metadata.get(USER_ID_KEY)) is not None})
+        if len(users) > 1:
+            self._warned = True
+            names = ", ".join([repr(user) for user in users[:3]] + ["..."] * (len(users) > 3))
+            logger.warning("%s without user_id met memories of several users (%s): one user's "
+                           "memories can reach another's; pass user_id= to scope it",
+                           self._reader, names)
+
+
+def memory_id(fact: str, memory_date: str, user_id: Optional[str] = None) -> str:
+    """Deterministic id from (user,) date and fact, so storing the same memory twice overwrites it.
+
+    Unscoped ids are exactly 0.1.0's, so existing stores never get duplicates; a user's
+    id includes the user, so two users' identical facts on one day stay two memories.
+    """
+    key = f"{memory_date}\n{fact}" if user_id is None else f"{user_id}\n{memory_date}\n{fact}"
+    return str(uuid.uuid5(MEMORY_NAMESPACE, key))
+
+
+def control_character(text: str) -> Optional[str]:
+    """The first control or line/paragraph separator character in ``text``; None for one
+    line of printable text."""
+    return next((c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+
+
+def quoted(text: str, limit: int = 100) -> str:
+    """``text`` quoted for a one-line message, cut after ``limit`` characters (the cut shown
+    outside the quotes)."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
+
+
+def check_user_name(user_name: str) -> str:
+    """Return ``user_name`` if it can stand in a memory: non-blank, no control characters."""
+    if not user_name.strip():
+        raise InvalidInputError(f"user_name {user_name!r} is blank")
+    bad = control_character(user_name)
+    if bad is not None:
+        raise InvalidInputError(
+            f"user_name {user_name!r} contains the control character {bad!r}; "
+            "a name is one line of printable text"
+        )
+    return user_name
+
+
+def with_subject(fact: str, user_name: str) -> str:
+    """Replace the generic subject ("The user", "User", 「ユーザー」) with ``user_name``, literally."""
+    name = check_user_name(user_name)
+    return _GENERIC_SUBJECT.sub(lambda _: name, fact)
+
+
+def has_subject(fact: str, user_name: Optional[str] = None) -> bool:
+    """Whether ``fact`` names its subject: a generic placeholder or ``user_name`` itself."""
+    return bool(_GENERIC_SUBJECT.search(fact)) or bool(user_name and user_name in fact)
+
+
+def memory_node(
+    fact: str,
+    memory_date: date | datetime | str,
+    *,
+    user_name: Optional[str] = None,
+    user_id: Optional[str] = None,
+    supersedes: Optional[Sequence[str]] = None,
+    date_key: str = "date",
+    metadata: Optional[dict[str, Any]] = None,
+    reference_date: date | datetime | str | None = None,
+    allow_future: bool = False,
+) -> TextNode:
+    """Build the node for one memory: text ``"YYYY-MM-DD: <fact>"``, ISO date in metadata.
+
+    Spacing is normalised to single spaces; a fact that is still not one line of printable
+    text (a control character such as ESC or NUL) or longer than :data:`MAX_FACT_CHARS` is
+    refused. ``user_name`` replaces the generic subject (:func:`with_subject`). ``user_id``
+    scopes the memory to one user (stored under :data:`USER_ID_KEY` and part of the id; one
+    line of printable text); ``supersedes`` names the ids (UUID strings, stored as
+    :func:`canonical_id` spells them) of earlier memories this one updates: any insert path
+    links them, since successors are found by searching ``supersedes`` (see
+    :mod:`llama_index_recency.storage.history`).
+
+    A memory dated more than one day after today (``reference_date``, default the
+    machine's date; a datetime counts by its calendar day) is refused with
+    :class:`FutureMemoryDateError` unless ``allow_future=True``: it would keep the full
+    recency bonus until that day. Tomorrow is accepted (the user's time zone may be ahead).
+
+    The date stays in the embedded text (the shipped policies were calibrated on cosines of
+    dated text) and is also stored under ``date_key`` for the bonus. Metadata is
+    excluded from the embedding and the LLM prompt, so the date is never shown twice.
+    """
+    fact = " ".join(fact.split())
+    if not fact:
+        raise InvalidInputError("a memory needs a non-empty fact sentence")
+    bad_character = control_character(fact)
+    if bad_character is not None:
+        raise InvalidInputError(
+            f"the fact contains the control character {bad_character!r}; a fact "
+            "is one line of printable text")
+    if user_name is not None:
+        fact = with_subject(fact, user_name)
+    if len(fact) > MAX_FACT_CHARS:
+        raise InvalidInputError(
+            f"a memory is one fact of at most {MAX_FACT_CHARS} characters; this one has "
+            f"{len(fact)} ({fact[:40]!r}...)"
+        )
+    iso_date = _iso(memory_date)
+    if not allow_future:
+        check_not_future(memory_date, reference_date=reference_date)
+    extra = dict(metadata or {})
+    if date_key in extra:
+        raise InvalidInputError(f"metadata already has {date_key!r}; pass the date as memory_date")
+    for key, value in ((USER_ID_KEY, user_id), (SUPERSEDES_KEY, supersedes)):
+        if value is not None and key in extra:
+            raise InvalidInputError(f"pass {key} as the {key}= argument or in metadata, not both")
+    if user_id is not None:
+        if not isinstance(user_id, str) or not user_id.strip():
+            raise InvalidInputError(f"user_id must be a non-blank string, got {user_id!r}")
+        bad_character = control_character(user_id)
+        if bad_character is not None:
+            raise InvalidInputError(f"user_id {user_id!r} contains the control character "
+                                    f"{bad_character!r}; a user id is one line of printable text")
+        extra[USER_ID_KEY] = user_id
+    if supersedes:
+        extra[SUPERSEDES_KEY] = supersedes
+    # Checked here: a bad link would be stored and only fail when followed or forgotten.
+    links = [str(link) for link in extra.get(SUPERSEDES_KEY) or []]
+    bad = [link for link in links if not is_memory_id(link)]
+    if bad:
+        raise InvalidInputError(
+            f"supersedes names {bad[0]!r}, which is not a memory id (a UUID string)")
+    if links:
+        extra[SUPERSEDES_KEY] = sorted(set(map(canonical_id, links)))
+    node_metadata = {date_key: iso_date, **extra}
+    node_id = memory_id(fact, iso_date, extra.get(USER_ID_KEY))
+    if node_id in (extra.get(SUPERSEDES_KEY) or []):
+        raise InvalidInputError(f"memory {node_id} ({fact[:40]!r}) cannot supersede itself")
+    return TextNode(
+        id_=node_id,
+        text=f"{iso_date[:10]}: {fact}",
+        metadata=node_metadata,
+        excluded_embed_metadata_keys=list(node_metadata),
+        excluded_llm_metadata_keys=list(node_metadata),
+    )
+
+
+def is_memory_id(value: object) -> bool:
+    """Whether ``value`` is a UUID string, the only id a memory (a Qdrant point) can have."""
+    if not isinstance(value, str):
+        return False
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+def canonical_id(memory_id: str) -> str:
+    """A memory id as stored and looked up: ``str(uuid.UUID(memory_id))``, lower case with
+    hyphens, whatever the spelling given (upper case, braces, no hyphens, ``urn:uuid:``).
+
+    The store finds a point under any spelling but keeps the node's id as written, so an
+    id written otherwise than canonically would never equal the one found by another.
+    """
+    return str(uuid.UUID(memory_id))
+
+
+def calendar_day(value: date | datetime | str) -> date:
+    """The calendar day a memory date names: a date itself, an instant's day in its own UTC
+    offset (the user's day, not UTC's). Raises ``ValueError`` naming anything else."""
+    day_or_instant = _checked(value)
+    return day_or_instant.date() if isinstance(day_or_instant, datetime) else day_or_instant
+
+
+def _iso(value: date | datetime | str) -> str:
+    """ISO form of a memory date: ``YYYY-MM-DD`` for a day, RFC 3339 for an instant.
+
+    An instant keeps its own UTC offset (naive means UTC), so the text's day is the
+    user's day, not UTC's.
+    """
+    value = _checked(value)
+    if isinstance(value, datetime) and value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.isoformat()
+
+
+def _checked(value: date | datetime | str) -> date | datetime:
+    """A valid memory date as a ``date`` (a day) or a ``datetime`` (an instant), as given."""
+    parse_memory_date(value)  # validates; raises ValueError naming the value
+    if isinstance(value, str):
+        text = value.strip()
+        return date.fromisoformat(text) if len(text) == 10 else datetime.fromisoformat(text)
+    return value

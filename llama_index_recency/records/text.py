@@ -1,0 +1,111 @@
+"""Memory text as the LLM sees it: one line per memory, unable to break out of its block."""
+
+from __future__ import annotations
+
+import html
+import re
+import unicodedata
+
+from llama_index.core.schema import BaseNode
+
+from llama_index_recency.records.nodes import calendar_day
+
+MEMORY_DATE_PREFIX = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}: ")
+"""The recorded date that starts each memory line (``memory_node`` writes it)."""
+
+# Where a sentence may end: a run of .!?… (then closing quotes or brackets) before white space,
+# a run of 。！？!?．｡ (Japanese), or a line break.
+_SENTENCE_END = re.compile(r"([^\s]*?)([.!?…]+)[\"'”’)\]]*\s+|[。！？!?．｡]+|\n")
+_QUOTE_CLOSERS = "」』）)”’】》〉\"'"
+_ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof st jr sr mt gen capt sgt rev lt col gov sen rep ave rd blvd apt vol "
+    "approx etc vs jan feb mar apr jun jul aug sep sept oct nov dec e.g i.e a.m p.m".split()
+)
+"""Words that a period follows without ending the sentence ("Dr. Tanaka", "7 a.m. daily");
+so does a single letter (an initial: "J. K. Rowling", "U.S. Army") and "No." before a number."""
+
+# A date, ISO or Japanese (2099年1月1日), optionally with a time and offset, followed by a
+# colon, anywhere but the prefix.
+_INNER_DATE = re.compile(
+    r"(?<!\d)((?:\d{4}-\d{2}-\d{2}|\d{4}年\d{1,2}月\d{1,2}日)"
+    r"(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?)?)\s*:"
+)
+
+LEFT_ANGLE_LOOKALIKES = "‹〈⟨❬❮❰⧼˂˱⦑⋖ᐸ"
+RIGHT_ANGLE_LOOKALIKES = "›〉⟩❭❯❱⧽˃˲⦒⋗ᐳ"
+"""Angle-bracket look-alikes that NFKC leaves alone; folded to < and > so they get escaped
+(here in memory text, and in the writer's conversation text)."""
+
+_ANGLE_LOOKALIKES = str.maketrans(
+    {**dict.fromkeys(LEFT_ANGLE_LOOKALIKES, "<"), **dict.fromkeys(RIGHT_ANGLE_LOOKALIKES, ">")}
+)
+
+
+def _neutralise_inner_dates(line: str) -> str:
+    """Keep the line's leading ``YYYY-MM-DD: ``; turn every other ``<date>:`` into ``<date> -``."""
+    prefix = MEMORY_DATE_PREFIX.match(line)
+    start = prefix.end() if prefix else 0
+    return line[:start] + _INNER_DATE.sub(r"\1 -", line[start:])
+
+
+def escape_memory_text(text: str) -> str:
+    """Make memory text unable to close or reopen the block or to fake a memory's date.
+
+    NFKC-normalised (so full-width ``＜`` and ``２０９９-０１-０１：`` read as what they look
+    like; "…" is kept), other angle-bracket look-alikes folded to ``<``/``>``, dates (ISO
+    or ``2099年01月01日``) neutralised except each line's leading ``YYYY-MM-DD:``, then
+    HTML-escaped with quotes left alone, so "Taro's" stays "Taro's". The writer's
+    ``<existing_memories>`` use it too.
+    """
+    text = "…".join(unicodedata.normalize("NFKC", part) for part in text.split("…"))
+    text = "\n".join(_neutralise_inner_dates(line) for line in text.split("\n"))
+    return html.escape(text.translate(_ANGLE_LOOKALIKES), quote=False)
+
+
+def is_one_statement(text: str) -> bool:
+    """True when a memory's text, its date prefix aside, is one sentence, as the writer stores a
+    fact; a turn of conversation or a document chunk usually says several things."""
+    body = text.lstrip()
+    prefix = MEMORY_DATE_PREFIX.match(body)
+    body = (body[prefix.end():] if prefix else body).strip()
+    if not body:
+        return False
+    for end in _SENTENCE_END.finditer(body):
+        rest = body[end.end():].lstrip()
+        if not any(ch.isalnum() for ch in rest):
+            continue  # nothing but punctuation or an emoji follows
+        if end.group(2) is not None:  # . ! ? …: the next word must not go on in lower case
+            if rest[0].islower():
+                continue
+            word = end.group(1).lower().lstrip("\"'“‘(")
+            if end.group(2) == "." and _abbreviated(word, rest):
+                continue
+        elif rest[0] in _QUOTE_CLOSERS:
+            continue  # 「最高だ！」と言った: the quote closes and the sentence goes on
+        return False
+    return True
+
+
+def _abbreviated(word: str, rest: str) -> bool:
+    """Whether the period after ``word`` marks an abbreviation rather than a sentence end."""
+    if word == "no":  # "No. 5", not "No. I haven't"
+        return rest[0].isdigit()
+    return len(word.rsplit(".", 1)[-1]) == 1 or word in _ABBREVIATIONS
+
+
+def memory_text(node: BaseNode, date_key: str = "date") -> str:
+    """A node as one memory of the block: ``YYYY-MM-DD: <content>``, as ``memory_node`` writes it.
+
+    Any node with a usable ``date_key`` (a plain ``TextNode`` too) reads so: its metadata
+    never leaks into the text, and content already starting with its day keeps one prefix.
+    A node without a usable date is its content alone.
+    """
+    content = node.get_content()
+    value = node.metadata.get(date_key)
+    if value is None:
+        return content
+    try:
+        prefix = f"{calendar_day(value).isoformat()}: "
+    except ValueError:
+        return content
+    return content if content.startswith(prefix) else prefix + content

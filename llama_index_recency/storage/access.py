@@ -1,0 +1,162 @@
+"""Reaching a memory store: where it lives (a path's Edge shards or a 0.1.0 local-mode
+directory, a server), the Edge shard or qdrant-client clients for it, and an index's vector store."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import re
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import httpx
+from llama_index.core import VectorStoreIndex
+from llama_index.core.vector_stores.types import BasePydanticVectorStore
+from llama_index.vector_stores.qdrant import QdrantVectorStore
+from qdrant_client import AsyncQdrantClient, QdrantClient
+from qdrant_client.http.exceptions import ResponseHandlingException
+
+from llama_index_recency.storage.edge import QdrantEdgeVectorStore
+from llama_index_recency.errors import (
+    InvalidInputError,
+    MemoryStoreLockedError,
+    MemoryStoreUnreachableError,
+    PermissionDeniedError,
+    UnsupportedStoreError,
+)
+
+DEFAULT_COLLECTION = "memories"
+
+
+EDGE_DIRECTORY = "edge"
+"""Subdirectory of a store path holding one Edge shard per collection."""
+
+
+LOCAL_MODE_MARKER = "meta.json"  # what qdrant-client's local mode keeps at a store's root
+
+
+MemoryStore = Union[VectorStoreIndex, BasePydanticVectorStore]
+"""A memory index (open_memory_index) or its vector store (open_memory_store)."""
+
+
+MemoryVectorStore = Union[QdrantEdgeVectorStore, QdrantVectorStore]
+"""The vector stores memories live in: Qdrant Edge, or Qdrant through qdrant-client."""
+
+
+def vector_store_of(memories: MemoryStore) -> MemoryVectorStore:
+    """The vector store of an index, or the store itself; one of another kind is refused."""
+    store = memories.vector_store if isinstance(memories, VectorStoreIndex) else memories
+    if not isinstance(store, (QdrantEdgeVectorStore, QdrantVectorStore)):
+        raise UnsupportedStoreError(
+            f"memories live in Qdrant Edge or Qdrant (QdrantEdgeVectorStore, QdrantVectorStore; "
+            f"see open_memory_index), not in a {type(store).__name__}"
+        )
+    return store
+
+
+def is_local_mode_store(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` holds a store written by 0.1.0 (qdrant-client's local mode)."""
+    return (Path(path) / LOCAL_MODE_MARKER).is_file()
+
+
+def edge_shard_path(path: str | os.PathLike[str], collection_name: str = DEFAULT_COLLECTION) -> Path:
+    """Where the Edge shard of ``collection_name`` lives in the store at ``path``."""
+    return Path(path) / EDGE_DIRECTORY / check_collection_name(collection_name)
+
+
+def check_collection_name(name: str) -> str:
+    """``name`` if it is a plain collection name: not empty, not ``.`` or ``..``, without a
+    path separator or NUL (it names a directory under the store, and a server collection).
+    Otherwise ``ValueError`` naming it."""
+    if name in ("", ".", "..") or any(bad in name for bad in ("/", "\\", "\0")):
+        raise InvalidInputError(
+            f"collection name {name!r} is not a plain name: give a non-empty name "
+            "without '/', '\\', NUL, and not '.' or '..'")
+    return name
+
+
+def open_edge(
+    root: Path, collection_name: str, dimensions: Optional[int] = None
+) -> QdrantEdgeVectorStore:
+    """The collection's Edge shard in the store at ``root``; a held one names the store."""
+    try:
+        return QdrantEdgeVectorStore(edge_shard_path(root, collection_name), dimensions=dimensions)
+    except MemoryStoreLockedError:
+        raise locked_error(root) from None
+    except PermissionError:
+        raise
+    except Exception as error:  # Edge reports OS errors as a plain Exception with the text
+        if "Permission denied" in str(error):
+            raise PermissionDeniedError(errno.EACCES, "Permission denied", str(root)) from None
+        raise
+
+
+def locked_error(path: Path) -> MemoryStoreLockedError:
+    return MemoryStoreLockedError(
+        f"the memory store at {path} is already open in another process (or by another "
+        "client in this one); an embedded store allows one at a time. Close the other "
+        "one, or run a Qdrant server and pass url= (--url) to share it."
+    )
+
+
+def qdrant_clients(
+    *,
+    path: Optional[str | os.PathLike[str]] = None,
+    url: Optional[str] = None,
+    api_key: Optional[str] = None,
+    use_async: bool = False,
+) -> tuple[Optional[QdrantClient], Optional[AsyncQdrantClient]]:
+    """Sync and/or async qdrant-client clients for a server ``url``, a local-mode ``path`` or memory.
+
+    A local path already held by another client raises :class:`MemoryStoreLockedError`.
+    """
+    if url is not None:
+        if path is not None:
+            raise InvalidInputError("give either a Qdrant server url or a local path, not both")
+        return QdrantClient(url=url, api_key=api_key), AsyncQdrantClient(url=url, api_key=api_key)
+    location: dict[str, Any] = (
+        {"path": os.fspath(path)} if path is not None else {"location": ":memory:"}
+    )
+    try:
+        if use_async:
+            return None, AsyncQdrantClient(**location)
+        return QdrantClient(**location), None
+    except RuntimeError as error:
+        if "already accessed by another instance" not in str(error):
+            raise
+        raise locked_error(Path(path or "")) from None
+
+
+@contextmanager
+def reaching(url: Optional[str]) -> Iterator[None]:
+    """Calls to the server at ``url``: one that does not answer raises
+    :class:`MemoryStoreUnreachableError` naming it (qdrant-client wraps the network error)."""
+    try:
+        yield
+    except ResponseHandlingException as error:
+        if url is None or not isinstance(error.source, httpx.TransportError):
+            raise
+        reason = re.sub(r"^\[Errno -?\d+\] ", "", str(error.source)) or type(error.source).__name__
+        raise MemoryStoreUnreachableError(
+            f"cannot reach the Qdrant server at {url}: {reason[0].lower()}{reason[1:]}"
+        ) from error
+
+
+def collection_calls(
+    client: Optional[QdrantClient], aclient: Optional[AsyncQdrantClient]
+) -> Callable[..., Any]:
+    """``call(method, *args)`` on the sync client, or on the async one run to completion."""
+    if client is not None:
+        return lambda method, *args, **kwargs: getattr(client, method)(*args, **kwargs)
+
+    def call_async(method: str, *args: Any, **kwargs: Any) -> Any:
+        # A worker thread has no running loop, so this works inside async code too.
+        with ThreadPoolExecutor(max_workers=1) as worker:
+            coroutine = getattr(aclient, method)(*args, **kwargs)
+            return worker.submit(asyncio.run, coroutine).result()
+
+    return call_async

@@ -1,0 +1,126 @@
+"""LlamaIndex nodes as Qdrant Edge points and back (payloads as ``QdrantVectorStore`` writes
+them), and the Edge filters and scrolls that select points."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any, Optional
+
+import qdrant_edge as edge
+from llama_index.core.schema import BaseNode, TextNode
+from llama_index.core.vector_stores.types import MetadataFilters, VectorStoreQuery
+from llama_index.core.vector_stores.utils import (
+    legacy_metadata_dict_to_node,
+    metadata_dict_to_node,
+    node_to_metadata_dict,
+)
+from pydantic_core import PydanticSerializationError
+
+from llama_index_recency.errors import InvalidInputError
+from llama_index_recency.storage.filters import to_edge_filter
+
+DOCUMENT_ID_KEY = "doc_id"
+"""Payload key of a node's source document id."""
+
+BATCH = 256
+"""Points read or written in one Edge call."""
+
+
+def point_id(node_id: str) -> str:
+    """``node_id`` if it is a UUID (Edge stores points under UUIDs or integers only)."""
+    try:
+        uuid.UUID(str(node_id))
+    except ValueError:
+        raise InvalidInputError(
+            f"node id {node_id!r} is not a UUID; Qdrant Edge needs UUID point ids "
+            "(LlamaIndex's default node ids are UUIDs)"
+        ) from None
+    return str(node_id)
+
+
+def node_point(node: BaseNode, *, flat_metadata: bool) -> tuple[str, list[float], dict[str, Any]]:
+    """``node`` as an Edge point ``(id, vector, payload)``, its payload as ``QdrantVectorStore``
+    writes it."""
+    identifier = point_id(node.node_id)
+    if node.embedding is None:
+        raise InvalidInputError(f"node {node.node_id} has no embedding")
+    try:
+        payload = node_to_metadata_dict(
+            node, remove_text=False, flat_metadata=flat_metadata)
+    except PydanticSerializationError as error:
+        raise InvalidInputError(
+            f"node {node.node_id} has metadata that is not JSON: {error}"
+        ) from None
+    return identifier, node.embedding, payload
+
+
+def point_selection(
+    node_ids: Optional[list[str]], filters: Optional[MetadataFilters]
+) -> Optional[edge.Filter]:
+    """The filter selecting the points with these ids and/or matching ``filters`` (None:
+    every point)."""
+    must: list[Any] = []
+    if node_ids is not None:
+        must.append(edge.HasIdCondition({point_id(node_id) for node_id in node_ids}))
+    if filters is not None and filters.filters:
+        must.append(to_edge_filter(filters))
+    return edge.Filter(must=must) if must else None
+
+
+def query_filter(query: VectorStoreQuery) -> Optional[edge.Filter]:
+    """The filter of ``query``: its ``doc_ids``, ``node_ids`` and ``filters`` (None: none)."""
+    must: list[Any] = []
+    if query.doc_ids:
+        match = edge.MatchAny(list(query.doc_ids))
+        must.append(edge.FieldCondition(key=DOCUMENT_ID_KEY, match=match))
+    if query.node_ids:
+        must.append(edge.HasIdCondition({point_id(node_id) for node_id in query.node_ids}))
+    if query.filters is not None and query.filters.filters:
+        must.append(to_edge_filter(query.filters))
+    return edge.Filter(must=must) if must else None
+
+
+def scroll(
+    shard: edge.EdgeShard,
+    selection: Optional[edge.Filter],
+    *,
+    with_vector: bool,
+    batch_size: int = BATCH,
+) -> Iterator[Any]:
+    """Every point ``selection`` selects, ``batch_size`` at a time, in id order."""
+    offset = None
+    while True:
+        records, offset = shard.scroll(
+            edge.ScrollRequest(
+                offset=offset,
+                limit=batch_size,
+                filter=selection,
+                with_payload=True,
+                with_vector=with_vector,
+            )
+        )
+        yield from records
+        if offset is None:
+            return
+
+
+def point_node(point: Any) -> BaseNode:
+    """A stored point as its node, the way ``QdrantVectorStore.parse_to_query_result`` does."""
+    payload = point.payload or {}
+    embedding = point.vector
+    try:
+        node = metadata_dict_to_node(payload)
+    except Exception:
+        metadata, node_info, relationships = legacy_metadata_dict_to_node(payload)
+        node = TextNode(
+            id_=str(point.id),
+            text=payload.get("text"),
+            metadata=metadata,
+            start_char_idx=node_info.get("start", None),
+            end_char_idx=node_info.get("end", None),
+            relationships=relationships,
+        )
+    if embedding and node.embedding is None:
+        node.embedding = list(embedding)
+    return node

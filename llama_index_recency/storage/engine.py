@@ -1,0 +1,116 @@
+"""How each engine runs a search plan's searches: one :class:`MemorySearch` as a query to
+Qdrant Edge, a Qdrant server or qdrant-client's local mode, its results as scored nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from llama_index.core.schema import BaseNode, NodeWithScore
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    VectorStoreQuery,
+    VectorStoreQueryResult,
+)
+from llama_index.vector_stores.qdrant import QdrantVectorStore
+from qdrant_client import models
+
+from llama_index_recency.models.cohort import QueryScale
+from llama_index_recency.errors import InvalidInputError
+from llama_index_recency.records.nodes import SUPERSEDES_KEY, USER_ID_KEY
+from llama_index_recency.ranking.plan import MemorySearch
+from llama_index_recency.storage.store import qdrant_selection
+
+
+def run_search(store: BasePydanticVectorStore, search: MemorySearch, vector: list[float],
+               date_key: str, scale: Optional[QueryScale]) -> Sequence[NodeWithScore]:
+    """``search`` on ``store`` for the question ``vector``: the results (in the policy's
+    units when ``scale`` is given, with their vectors when the search asks for them)."""
+    query, kwargs = engine_query(store, search, vector, date_key)
+    results = _scored(store.query(query, **kwargs), scale)
+    if search.with_vectors and (missing := _missing_vectors(results)):
+        _attach_vectors(results, store.get_nodes(node_ids=missing))
+    return results
+
+
+async def arun_search(store: BasePydanticVectorStore, search: MemorySearch,
+                      vector: list[float], date_key: str,
+                      scale: Optional[QueryScale]) -> Sequence[NodeWithScore]:
+    """Async :func:`run_search`."""
+    query, kwargs = engine_query(store, search, vector, date_key)
+    results = _scored(await store.aquery(query, **kwargs), scale)
+    if search.with_vectors and (missing := _missing_vectors(results)):
+        _attach_vectors(results, await store.aget_nodes(node_ids=missing))
+    return results
+
+
+def engine_query(
+    store: BasePydanticVectorStore, search: MemorySearch, vector: list[float], date_key: str
+) -> tuple[VectorStoreQuery, dict[str, Any]]:
+    """The engine's form of one search: Edge reads MetadataFilters itself; for
+    qdrant-client they become a Qdrant filter, and the search is exact (no HNSW)."""
+    filters = search.metadata_filters(date_key)
+    ids = None if search.ids is None else list(search.ids)
+    if isinstance(store, QdrantVectorStore):
+        query = VectorStoreQuery(query_embedding=vector, similarity_top_k=search.limit)
+        kwargs: dict[str, Any] = {"qdrant_filters": qdrant_selection(ids, filters)}
+        if not is_local(store.client or store._aclient):
+            kwargs["search_params"] = models.SearchParams(exact=True)  # a server's HNSW is approximate
+        return query, kwargs
+    query = VectorStoreQuery(
+        query_embedding=vector, similarity_top_k=search.limit, filters=filters, node_ids=ids
+    )
+    return query, {}
+
+
+def payload_indexes(date_key: str) -> list[tuple[str, Any]]:
+    """On a server: a datetime index for the tier searches, a tenant index for users, a
+    keyword index for the successor searches."""
+    return [
+        (date_key, models.PayloadSchemaType.DATETIME),
+        (USER_ID_KEY, models.KeywordIndexParams(type="keyword", is_tenant=True)),
+        (SUPERSEDES_KEY, models.PayloadSchemaType.KEYWORD),
+    ]
+
+
+def sync_client(store: QdrantVectorStore) -> Any:
+    """The store's sync Qdrant client, refused for a store that has only an async one."""
+    if store.client is None:
+        raise InvalidInputError(
+            "this vector store has only an async Qdrant client; use aretrieve / aexplain"
+        )
+    return store.client
+
+
+def has_async_client(store: BasePydanticVectorStore) -> bool:
+    # QdrantVectorStore has no public accessor for its async client.
+    return isinstance(store, QdrantVectorStore) and store._aclient is not None
+
+
+def is_local(client: Any) -> bool:
+    """qdrant-client's embedded mode (in memory or on disk), where payload indexes do nothing."""
+    options = client.init_options
+    return options.get("location") == ":memory:" or options.get("path") is not None
+
+
+def _scored(
+    result: VectorStoreQueryResult, scale: Optional[QueryScale]
+) -> Sequence[NodeWithScore]:
+    nodes = result.nodes or []
+    scored = [
+        NodeWithScore(node=node, score=score)
+        for node, score in zip(nodes, result.similarities or [], strict=True)
+    ]
+    return scored if scale is None else scale.apply(scored)
+
+
+def _missing_vectors(results: Sequence[NodeWithScore]) -> list[str]:
+    return [n.node.node_id for n in results if not n.node.embedding]
+
+
+def _attach_vectors(results: Sequence[NodeWithScore], stored: Sequence[BaseNode]) -> None:
+    """Give each result its stored embedding (a query returns payloads only)."""
+    vectors = {node.node_id: node.embedding for node in stored}
+    for result in results:
+        if not result.node.embedding:
+            result.node.embedding = vectors.get(result.node.node_id)

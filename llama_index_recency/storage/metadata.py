@@ -1,0 +1,168 @@
+"""What a store records with its collection: the embedding model that filled it, the policy
+saved with it and its own gate fit; and from those, the policy to rank it with."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import date
+from typing import Any, Optional
+
+from llama_index_recency.storage.edge import QdrantEdgeVectorStore
+from llama_index_recency.models.embeddings import EmbeddingMismatchError
+from llama_index_recency.fitting.gate_fit import fitted_origin
+from llama_index_recency.models.factories import CALIBRATED_POLICIES
+from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.storage.access import (
+    MemoryStore,
+    collection_calls,
+    vector_store_of,
+)
+
+EMBEDDING_METADATA_KEY = "llama_index_recency.embedding"
+"""Collection-metadata key holding ``{"model": name, "dimensions": n}``."""
+
+
+POLICY_METADATA_KEY = "llama_index_recency.policy"
+"""Collection-metadata key holding the calibrated policy: weight, tau_days, threshold, top_n."""
+
+
+GATE_METADATA_KEY = "llama_index_recency.querying.gate"
+"""Collection-metadata key holding the store's own gate fit: relevance units, thresholds per
+language, the memories it was fitted on and the day (``save_gate_fit``)."""
+
+
+GATE_REFUSED_METADATA_KEY = "llama_index_recency.gate_refused"
+"""Collection-metadata key: relevance units and store size of the last refused gate fit."""
+
+
+def save_policy(index: MemoryStore, policy: RecencyPolicy) -> None:
+    """Record ``policy`` (relevance units, weight, tau_days, thresholds, top_n) with the
+    collection: an explicit policy, which wins over the store's own gate fit."""
+    _update_metadata(index, {POLICY_METADATA_KEY: {
+        "relevance": policy.relevance, "weight": policy.weight, "tau_days": policy.tau_days,
+        "threshold": policy.threshold, "top_n": policy.top_n,
+        "language_thresholds": dict(policy.language_thresholds),
+    }})
+
+
+def save_gate_fit(index: MemoryStore, relevance: str, thresholds: dict[str, float],
+                  memories: int, fitted_on: date) -> None:
+    """Record the store's own gate fit: per-language ``thresholds`` in ``relevance`` units,
+    fitted on ``memories`` memories on ``fitted_on`` (read by :func:`index_policy`)."""
+    _update_metadata(index, {GATE_METADATA_KEY: {
+        "relevance": relevance, "thresholds": dict(thresholds), "memories": memories,
+        "fitted_on": fitted_on.isoformat(),
+    }})
+
+
+def save_gate_refusal(index: MemoryStore, relevance: str, memories: int) -> None:
+    """Record that a fit on ``memories`` memories was refused, so the store is not fitted
+    again before it grows as much as after a fit (:func:`gate_record` keeps the last fit)."""
+    _update_metadata(index, {GATE_REFUSED_METADATA_KEY: {
+        "relevance": relevance, "memories": memories}})
+
+
+def gate_refusal(index: MemoryStore | Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """The store's last refused gate fit (:func:`save_gate_refusal`), if any; from the store
+    or from its :func:`collection_metadata` already read."""
+    return _record(index, GATE_REFUSED_METADATA_KEY)
+
+
+def gate_record(index: MemoryStore | Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """The store's own gate fit (:func:`save_gate_fit`), if any; from the store or from its
+    :func:`collection_metadata` already read."""
+    return _record(index, GATE_METADATA_KEY)
+
+
+def _record(index: MemoryStore | Mapping[str, Any], key: str) -> Optional[dict[str, Any]]:
+    record = _metadata_of(index).get(key)
+    return dict(record) if isinstance(record, dict) else None
+
+
+def _metadata_of(index: MemoryStore | Mapping[str, Any]) -> Mapping[str, Any]:
+    """The store's :func:`collection_metadata`, read now unless ``index`` is that already."""
+    return index if isinstance(index, Mapping) else collection_metadata(index)
+
+
+def _update_metadata(index: MemoryStore, record: dict[str, Any]) -> None:
+    store = vector_store_of(index)
+    if isinstance(store, QdrantEdgeVectorStore):
+        store.update_metadata(record)
+        return
+    call = collection_calls(store.client, store._aclient)
+    metadata = dict(call("get_collection", store.collection_name).config.metadata or {})
+    call("update_collection", store.collection_name, metadata={**metadata, **record})
+
+
+def embedding_identity(index: MemoryStore) -> Optional[dict[str, Any]]:
+    """The embedding model (name and dimensions) the store records, if any."""
+    identity = collection_metadata(index).get(EMBEDDING_METADATA_KEY)
+    return dict(identity) if isinstance(identity, dict) else None
+
+
+def has_saved_policy(index: MemoryStore | Mapping[str, Any]) -> bool:
+    """Whether a policy was calibrated and saved with this store (``save_policy``); from the
+    store or from its :func:`collection_metadata` already read."""
+    return POLICY_METADATA_KEY in _metadata_of(index)
+
+
+def index_policy(index: MemoryStore | Mapping[str, Any], **overrides: Any) -> RecencyPolicy:
+    """The policy to rank this store with: the one calibrated and saved with it
+    (:func:`save_policy`, origin "explicit"), else the shipped one for its embedding model
+    (``models.CALIBRATED_POLICIES``; else :class:`RecencyPolicy`'s defaults) with the store's own gate fit in the
+    same units (:func:`save_gate_fit`, origin "fitted on N memories on DATE") or as shipped.
+
+    ``overrides`` (e.g. ``reference_date=...``) are applied on top; a ``threshold`` among
+    them is the one for every language (origin "explicit"). ``index`` may also be the
+    store's :func:`collection_metadata` already read.
+    """
+    metadata = _metadata_of(index)
+    model = (metadata.get(EMBEDDING_METADATA_KEY) or {}).get("model")
+    shipped = CALIBRATED_POLICIES.get(model or "", {})
+    saved = metadata.get(POLICY_METADATA_KEY)
+    gate = metadata.get(GATE_METADATA_KEY)
+    if saved is not None:
+        # A saved calibration fits the gate and the bonus; the intent and version rules
+        # the model ships with (in the same units) still apply.
+        same_units = saved.get("relevance", "cosine") == shipped.get("relevance", "cosine")
+        values = {**(shipped if same_units else {}), "language_thresholds": {}, **saved,
+                  "threshold_origin": "explicit"}
+    elif isinstance(gate, dict) and gate.get("relevance") == shipped.get("relevance", "cosine"):
+        thresholds = dict(gate["thresholds"])
+        values = {**shipped, "threshold": max(thresholds.values()),
+                  "language_thresholds": thresholds,
+                  "threshold_origin": fitted_origin(gate["memories"],
+                                                    date.fromisoformat(gate["fitted_on"]))}
+    else:
+        values = {**shipped, "threshold_origin": "shipped"}
+    if "threshold" in overrides:  # a threshold given is the one for every language
+        values = {**values, "language_thresholds": {}, "threshold_origin": "explicit"}
+    return RecencyPolicy(**{**values, **overrides})
+
+
+def policy_records(metadata: Mapping[str, Any]) -> tuple[Any, Any]:
+    """The saved explicit policy and gate fit in a store's :func:`collection_metadata`: a
+    change in either means :func:`index_policy` has changed."""
+    return metadata.get(POLICY_METADATA_KEY), metadata.get(GATE_METADATA_KEY)
+
+
+def collection_metadata(index: MemoryStore) -> dict[str, Any]:
+    """Everything the store records with its collection (one read; empty before it exists)."""
+    store = vector_store_of(index)
+    if isinstance(store, QdrantEdgeVectorStore):
+        return store.metadata
+    call = collection_calls(store.client, store._aclient)  # an async-only store too
+    if not call("collection_exists", store.collection_name):
+        return {}
+    return dict(call("get_collection", store.collection_name).config.metadata or {})
+
+
+def embedding_mismatch(
+    collection_name: str, recorded: dict[str, Any], identity: dict[str, Any]
+) -> EmbeddingMismatchError:
+    return EmbeddingMismatchError(
+        f"collection {collection_name!r} was written with {recorded['model']!r} "
+        f"({recorded['dimensions']} dims); refusing to use it with "
+        f"{identity['model']!r} ({identity['dimensions']} dims): vectors of different "
+        "models are not comparable. Use the same model, or another collection."
+    )

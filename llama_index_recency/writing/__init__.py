@@ -1,0 +1,1 @@
+"""Writing: the one store-level write, updates and forgetting, the writer, backups."""

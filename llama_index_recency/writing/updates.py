@@ -1,0 +1,355 @@
+"""Writing and forgetting memories: the one store-level write, updates, and deletes.
+
+:func:`insert_memories` is how the API, the writer, the agent block and the CLI store
+memories: idempotent (same id, same memory: nothing written), a re-added memory keeps what
+it was stored with, batches with progress, and an exact count of what was stored when a
+batch fails. Links are only the newer memory's ``supersedes`` (see
+:mod:`llama_index_recency.storage.history`), so storing never rewrites another memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any, Optional
+
+from llama_index.core import VectorStoreIndex
+from llama_index.core.schema import BaseNode, MetadataMode, TextNode
+from llama_index.core.vector_stores.types import (
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
+    MetadataFilters,
+)
+
+from llama_index_recency.errors import InvalidInputError, PartialWriteError
+from llama_index_recency.storage.filters import memory_scope
+from llama_index_recency.storage.history import (
+    LINK_KEYS,
+    check_link,
+    exclude_links_from_text,
+    linked_ids,
+    memory_time,
+    relinked,
+)
+from llama_index_recency.records.nodes import (
+    SUPERSEDED_BY_KEY,
+    SUPERSEDES_KEY,
+    USER_ID_KEY,
+    canonical_id,
+    is_memory_id,
+    memory_node,
+    quoted,
+)
+from llama_index_recency.storage.store import (
+    MemoryStore,
+    MemoryStoreFullError,
+    delete_memories,
+    get_memories,
+    get_memory,
+    vector_store_of,
+)
+
+EMBED_BATCH_SIZE = 16
+"""Memories embedded per call: small enough for a device, large enough to batch."""
+
+WRITE_BATCH_SIZE = 64
+"""Memories stored per write: a failure loses at most one batch's work, never a stored one."""
+
+Progress = Callable[[str, int, int], None]
+"""``(phase, done, total)``: phase "embedding" or "storing", called as the phase starts
+(``done`` 0) and after each batch; a phase with nothing to do is not reported."""
+
+# A re-added memory is read, merged and written back; forget rewrites the links of the
+# memories around the deleted ones: one of these at a time in this process.
+_WRITES = threading.RLock()
+
+
+@dataclass(frozen=True)
+class StoredMemories:
+    """What :func:`insert_memories` did, by memory id."""
+
+    new: tuple[str, ...] = ()
+    """Memories the store did not hold."""
+    changed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Memories stored again with new metadata, each with the metadata it had before."""
+    unchanged: tuple[str, ...] = ()
+    """Memories already stored as given: nothing written."""
+
+
+def insert_memories(
+    index: VectorStoreIndex,
+    nodes: Sequence[BaseNode],
+    *,
+    on_progress: Optional[Progress] = None,
+) -> StoredMemories:
+    """Store ``nodes`` (memory_node's, or any with UUID ids): the one write every path uses.
+
+    Ids and ``supersedes`` links are stored as
+    :func:`~llama_index_recency.records.nodes.canonical_id` spells them (``nodes`` are updated in
+    place), so a memory is one memory whatever the spelling it was given in.
+
+    A memory already stored keeps what it had (its metadata, merged under the new; its
+    links, united; ``nodes`` are updated in place to what is stored) and is skipped when
+    nothing changes, so rerunning a write is free. A
+    memory superseding another user's raises ValueError before anything is written. Nodes
+    without an embedding are embedded with the index's model, in batches (an embedding
+    error raises as is, before anything is stored), then stored in batches; a failed
+    batch raises :class:`PartialWriteError` with the exact number stored.
+    """
+    with _WRITES:
+        for node in nodes:
+            _spell_canonically(node)
+        unique = list({node.node_id: node for node in nodes}.values())
+        stored = {canonical_id(node.node_id): node
+                  for node in get_memories(index, _ids_and_links(unique))}
+        _check_links(unique, stored)
+        _check_texts(unique, stored)
+        pending: list[BaseNode] = []
+        changed: dict[str, dict[str, Any]] = {}
+        unchanged: list[str] = []
+        for node in unique:
+            old = stored.get(node.node_id)
+            if old is not None:
+                _keep_what_it_had(node, old)
+                if node.metadata == old.metadata and _text(node) == _text(old):
+                    unchanged.append(node.node_id)
+                    continue
+                changed[node.node_id] = dict(old.metadata)
+                if node.embedding is None and _text(node) == _text(old):
+                    node.embedding = old.embedding
+            exclude_links_from_text(node)
+            pending.append(node)
+        _embed(index, pending, on_progress)
+        _store(index, pending, on_progress)
+        new = tuple(node.node_id for node in unique if node.node_id not in stored)
+        return StoredMemories(new=new, changed=changed, unchanged=tuple(unchanged))
+
+
+async def ainsert_memories(
+    index: VectorStoreIndex,
+    nodes: Sequence[BaseNode],
+    *,
+    on_progress: Optional[Progress] = None,
+) -> StoredMemories:
+    """Async :func:`insert_memories`, run in a thread (embedding and Edge calls block)."""
+    return await asyncio.to_thread(insert_memories, index, nodes, on_progress=on_progress)
+
+
+def _spell_canonically(node: BaseNode) -> None:
+    """The node's id and links as :func:`~llama_index_recency.records.nodes.canonical_id` spells
+    them: the store finds a point under any spelling but keeps the id as written, so an
+    upper-case id would be a memory no lower-case lookup or link ever matches."""
+    if is_memory_id(node.node_id):
+        node.id_ = canonical_id(node.node_id)
+    links = node.metadata.get(SUPERSEDES_KEY)
+    if isinstance(links, list):
+        node.metadata[SUPERSEDES_KEY] = [canonical_id(link) if is_memory_id(link) else link
+                                         for link in links]
+
+
+def _ids_and_links(nodes: Sequence[BaseNode]) -> list[str]:
+    """The ids to read before a write: the nodes themselves and the memories they supersede."""
+    return sorted({node.node_id for node in nodes}
+                  | {link for node in nodes for link in linked_ids(node, SUPERSEDES_KEY)})
+
+
+def _check_links(nodes: Sequence[BaseNode], stored: dict[str, BaseNode]) -> None:
+    known = {**stored, **{node.node_id: node for node in nodes}}
+    for node in nodes:
+        for old_id in linked_ids(node, SUPERSEDES_KEY):
+            if old_id in known:
+                check_link(node, known[old_id])
+
+
+def _check_texts(nodes: Sequence[BaseNode], stored: dict[str, BaseNode]) -> None:
+    """Refuse storing other text under a stored memory's id: the old fact would be lost."""
+    for node in nodes:
+        old = stored.get(node.node_id)
+        if old is not None and old.get_content() != node.get_content():
+            raise InvalidInputError(
+                f"memory {node.node_id} is stored as {quoted(old.get_content(), 60)}, not "
+                f"{quoted(node.get_content(), 60)}: a memory's text never changes; store the new "
+                "fact with update_memory (it supersedes the old one) or forget the old one first")
+
+
+def _keep_what_it_had(node: BaseNode, old: BaseNode) -> None:
+    """A re-added memory keeps its stored metadata unless given anew, all its links, and what
+    it kept out of its embedded and LLM text."""
+    merged = {**old.metadata, **node.metadata}
+    for key in LINK_KEYS:
+        links = set(old.metadata.get(key) or []) | set(node.metadata.get(key) or [])
+        if links:
+            merged[key] = sorted(links)
+    node.metadata = merged
+    for excluded, kept_out in ((node.excluded_embed_metadata_keys, old.excluded_embed_metadata_keys),
+                               (node.excluded_llm_metadata_keys, old.excluded_llm_metadata_keys)):
+        excluded.extend(key for key in kept_out if key not in excluded)
+
+
+def _text(node: BaseNode) -> str:
+    return node.get_content(metadata_mode=MetadataMode.EMBED)
+
+
+def _embed(index: VectorStoreIndex, nodes: Sequence[BaseNode], on_progress: Optional[Progress]
+           ) -> None:
+    """Embed the nodes that have no vector; a failure raises as is: nothing is stored yet."""
+    missing = [node for node in nodes if node.embedding is None]
+    if missing and on_progress is not None:
+        on_progress("embedding", 0, len(missing))
+    for start in range(0, len(missing), EMBED_BATCH_SIZE):
+        batch = missing[start:start + EMBED_BATCH_SIZE]
+        vectors = index._embed_model.get_text_embedding_batch([_text(n) for n in batch])
+        for node, vector in zip(batch, vectors, strict=True):
+            node.embedding = vector
+        if on_progress is not None:
+            on_progress("embedding", start + len(batch), len(missing))
+
+
+def _store(index: VectorStoreIndex, nodes: Sequence[BaseNode], on_progress: Optional[Progress]
+           ) -> None:
+    if nodes and on_progress is not None:
+        on_progress("storing", 0, len(nodes))
+    for start in range(0, len(nodes), WRITE_BATCH_SIZE):
+        try:
+            index.insert_nodes(list(nodes[start:start + WRITE_BATCH_SIZE]))
+        except Exception as error:  # an interrupt stays an interrupt: never swallowed
+            raise PartialWriteError(_count_stored(index, nodes, at_least=start), len(nodes),
+                                    error_summary(error)) from error
+        if on_progress is not None:
+            on_progress("storing", min(start + WRITE_BATCH_SIZE, len(nodes)), len(nodes))
+
+
+def _count_stored(index: VectorStoreIndex, nodes: Sequence[BaseNode], *, at_least: int) -> int:
+    """How many of ``nodes`` the store now holds as intended (recounted after a failure)."""
+    try:
+        stored = {node.node_id: node for node in get_memories(index, [n.node_id for n in nodes])}
+    except Exception:  # the store itself is failing: the batches before are what we know
+        return at_least
+    return sum(1 for node in nodes
+               if node.node_id in stored and stored[node.node_id].metadata == node.metadata)
+
+
+def error_summary(error: BaseException) -> str:
+    """One line for a failure: the store-full message as is, else the class and message."""
+    if isinstance(error, MemoryStoreFullError):  # says what it is: no class name needed
+        return str(error)
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def update_memory(
+    index: VectorStoreIndex,
+    node_id: str,
+    text: str,
+    memory_date: date | datetime | str,
+    *,
+    user_id: Optional[str] = None,
+    **node_options: Any,
+) -> TextNode:
+    """Store a new version of memory ``node_id`` and return it: a memory with fact ``text``
+    dated ``memory_date``, owned by the old one's user, that supersedes it (the old one is
+    kept, so its history is too). ``node_options`` go to :func:`memory_node`
+    (``user_name``, ``metadata``, ``allow_future``, ...)."""
+    old = get_memory(index, node_id, user_id=user_id)
+    new = memory_node(text, memory_date, user_id=old.metadata.get(USER_ID_KEY),
+                      supersedes=[old.node_id], **node_options)
+    since, when = memory_time(old), memory_time(new)
+    if since is not None and when is not None and when < since:
+        raise InvalidInputError(
+            f"the new version is dated {new.metadata['date']}, before memory {node_id} it "
+            f"updates ({old.metadata.get('date')}): a newer fact needs a date no earlier than "
+            "the old one")
+    insert_memories(index, [new])
+    return new
+
+
+async def aupdate_memory(
+    index: VectorStoreIndex,
+    node_id: str,
+    text: str,
+    memory_date: date | datetime | str,
+    *,
+    user_id: Optional[str] = None,
+    **node_options: Any,
+) -> TextNode:
+    """Async :func:`update_memory`, run in a thread."""
+    return await asyncio.to_thread(update_memory, index, node_id, text, memory_date,
+                                   user_id=user_id, **node_options)
+
+
+def forget(
+    index: MemoryStore,
+    ids: Optional[Sequence[str]] = None,
+    *,
+    user_id: Optional[str] = None,
+    before: Optional[date | datetime | str] = None,
+    filters: Optional[MetadataFilters] = None,
+) -> int:
+    """Delete memories for real; returns how many were deleted.
+
+    Selects the memories with ``ids`` AND of ``user_id`` AND dated before ``before`` AND
+    matching ``filters``; at least one is required, and ``filters`` without a condition
+    do not count (nothing deletes everything by accident). A chain stays whole: forgetting
+    B of A → B → C makes C supersede A, so A still leads to the newest fact. Forgetting a
+    whole user (``user_id`` alone) also drops that user's conversations still waiting in
+    the store's outbox, so a memory block does not write them back.
+    """
+    scope = memory_scope(user_id=user_id, before=before, filters=filters)
+    if ids is None and scope is None:
+        raise InvalidInputError(
+            f"forget needs ids, user_id, before or filters with a condition, got "
+            f"filters={filters!r}; it never deletes everything")
+    if user_id is not None and ids is None and before is None and filters is None:
+        # Imported here: the outbox needs the writer, which needs this module.
+        from llama_index_recency.storage.outbox import Outbox, outbox_path
+
+        path = outbox_path(index)
+        if path is not None:
+            Outbox.at(path).drop_user(user_id)
+    with _WRITES:
+        doomed = get_memories(index, ids, scope)
+        if not doomed:
+            return 0
+        gone = {node.node_id: node for node in doomed}
+        neighbours = [node for node in get_memories(index, filters=_naming(sorted(gone)))
+                      if node.node_id not in gone]
+        relinked_nodes = []
+        for node in neighbours:
+            links = relinked(node, gone)
+            if links is not None:
+                for key, value in links.items():
+                    if value:
+                        node.metadata[key] = value
+                    else:
+                        node.metadata.pop(key, None)
+                relinked_nodes.append(node)
+        # Relinked first: if the delete then fails, C supersedes A and B, still consistent.
+        if relinked_nodes:
+            vector_store_of(index).add(relinked_nodes)  # same ids, same vectors: links only
+        delete_memories(index, sorted(gone))
+        return len(doomed)
+
+
+async def aforget(
+    index: MemoryStore,
+    ids: Optional[Sequence[str]] = None,
+    *,
+    user_id: Optional[str] = None,
+    before: Optional[date | datetime | str] = None,
+    filters: Optional[MetadataFilters] = None,
+) -> int:
+    """Async :func:`forget`, run in a thread (the store's calls are blocking)."""
+    return await asyncio.to_thread(forget, index, ids, user_id=user_id, before=before,
+                                   filters=filters)
+
+
+def _naming(ids: list[str]) -> MetadataFilters:
+    """The memories whose links (``supersedes``, or 0.2.0's ``superseded_by``) name one of ``ids``."""
+    return MetadataFilters(
+        filters=[MetadataFilter(key=key, operator=FilterOperator.IN, value=ids)
+                 for key in (SUPERSEDES_KEY, SUPERSEDED_BY_KEY)],
+        condition=FilterCondition.OR,
+    )
