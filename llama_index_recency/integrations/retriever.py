@@ -46,7 +46,7 @@ from llama_index_recency.storage.engine import (
 )
 from llama_index_recency.ranking.events import dispatch_ranking
 from llama_index_recency.storage.filters import memory_scope, to_qdrant_filter
-from llama_index_recency.storage.history import with_successors
+from llama_index_recency.ranking.successors import with_successors
 from llama_index_recency.ranking.news import about_the_news, asks_about_the_news
 from llama_index_recency.records.nodes import SeveralUsersWarning
 from llama_index_recency.fitting.gate_fit import (

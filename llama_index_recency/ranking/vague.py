@@ -270,7 +270,7 @@ def with_recent(
 ) -> SearchPlan:
     """Fill the ranking up to ``top_n`` with the recent memories, for a vague reference.
 
-    A plan step like :func:`~llama_index_recency.storage.history.with_successors`: the memories
+    A plan step like :func:`~llama_index_recency.ranking.successors.with_successors`: the memories
     already kept stay first; the free places go to the memories dated within
     ``window_days`` before ``reference`` (inside ``filters``: the same user and scope),
     best cosine + bonus first (:meth:`RecencyPolicy.rank`, no threshold: a date window is

@@ -43,7 +43,7 @@ from llama_index.core import VectorStoreIndex
 from llama_index.core.schema import BaseNode
 
 from llama_index_recency.errors import InvalidInputError, MemoryFileError
-from llama_index_recency.storage.history import linked_ids
+from llama_index_recency.records.links import linked_ids
 from llama_index_recency.records.nodes import (
     SUPERSEDED_BY_KEY,
     SUPERSEDES_KEY,

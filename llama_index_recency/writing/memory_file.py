@@ -14,7 +14,7 @@ from typing import Any, Optional
 from llama_index.core.schema import BaseNode, TextNode
 
 from llama_index_recency.errors import MemoryFileError
-from llama_index_recency.storage.history import LINK_KEYS, check_link, linked_ids
+from llama_index_recency.records.links import LINK_KEYS, check_link, linked_ids
 from llama_index_recency.records.nodes import (
     SUPERSEDED_BY_KEY,
     SUPERSEDES_KEY,

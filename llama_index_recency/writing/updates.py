@@ -4,7 +4,7 @@
 memories: idempotent (same id, same memory: nothing written), a re-added memory keeps what
 it was stored with, batches with progress, and an exact count of what was stored when a
 batch fails. Links are only the newer memory's ``supersedes`` (see
-:mod:`llama_index_recency.storage.history`), so storing never rewrites another memory.
+:mod:`llama_index_recency.records.links`), so storing never rewrites another memory.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from llama_index.core.vector_stores.types import (
 
 from llama_index_recency.errors import InvalidInputError, PartialWriteError
 from llama_index_recency.storage.filters import memory_scope
-from llama_index_recency.storage.history import (
+from llama_index_recency.records.links import (
     LINK_KEYS,
     check_link,
     exclude_links_from_text,

@@ -55,7 +55,7 @@ from llama_index_recency.records.text import (
     escape_memory_text,
     memory_text,
 )
-from llama_index_recency.storage.history import check_link
+from llama_index_recency.records.links import check_link
 from llama_index_recency.writing.updates import insert_memories
 
 logger = logging.getLogger(__name__)
