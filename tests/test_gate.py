@@ -6,7 +6,7 @@ import pytest
 
 from llama_index_recency import RecencyPolicy, index_policy, memory_node, open_memory_index
 from llama_index_recency.records.examples import example_memories, EXAMPLE_REFERENCE_DATE
-from llama_index_recency.storage.store import save_policy
+from llama_index_recency.storage.store import embedding_of, save_policy
 from llama_index_recency.models.cohort import cohort_texts, relevance_cohort
 from llama_index_recency.querying.gate import (
     MAX_BRING_UP,
@@ -90,7 +90,7 @@ def test_a_store_that_grew_past_its_gate_says_so_after_writes(bundled) -> None:
     save_policy(bundled, calibrate_gate(bundled, policy).policy(policy))
     assert check_gate(bundled) is None
     grown = [memory_node(*reversed(text.split(": ", 1))) for text in cohort_texts()]
-    for node, vector in zip(grown, relevance_cohort(bundled._embed_model).vectors, strict=True):
+    for node, vector in zip(grown, relevance_cohort(embedding_of(bundled)).vectors, strict=True):
         node.embedding = vector.tolist()  # e5's own vectors for these texts, shipped
     bundled.insert_nodes(grown)
     warning = check_gate(bundled)

@@ -346,7 +346,7 @@ def test_a_bank_question_is_scored_by_its_best_memory_even_when_a_successor_goes
     best score: the fit must see what a question can bring, or it fits a gate too low."""
     from conftest import KnownCosineEmbedding, cosines_for
     from llama_index_recency.records.nodes import SUPERSEDES_KEY
-    from llama_index_recency.integrations.retriever import offtopic_best
+    from llama_index_recency.querying.gate import offtopic_best
 
     old = memory_node("Taro drinks coffee black.", "2026-08-01")
     new = memory_node("Taro drinks café au lait.", "2026-08-20")
@@ -364,7 +364,7 @@ def test_two_models_of_one_name_and_two_sizes_each_fit_with_their_own_vectors() 
     """One model name can serve several vector sizes (Qwen3 truncated or not): the bank's
     cached vectors of one size are never asked of a store of the other."""
     from conftest import KnownCosineEmbedding, cosines_for
-    from llama_index_recency.integrations.retriever import offtopic_best
+    from llama_index_recency.querying.gate import offtopic_best
 
     bank = {"en": ["Which café is the best in Paris?"]}
     for count in (1, 3):

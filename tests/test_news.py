@@ -12,7 +12,7 @@ from llama_index.core.schema import NodeWithScore, TextNode
 from llama_index_recency import QdrantRecencyRetriever, RecencyBonusPostprocessor, open_memory_index
 from llama_index_recency.records.examples import EXAMPLE_REFERENCE_DATE, example_memories, example_questions
 from llama_index_recency.ranking.news import NEWS_VERDICT, asks_about_the_news
-from llama_index_recency.integrations.retriever import offtopic_best
+from llama_index_recency.querying.gate import offtopic_best
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.storage.store import index_policy
 
@@ -98,7 +98,7 @@ def test_the_ranking_event_says_the_question_was_about_the_news(bundled, collect
 
 
 def test_a_gate_fit_leaves_questions_about_the_news_out(bundled, e5) -> None:
-    store = bundled["en"]._vector_store
+    store = bundled["en"]._search.vector_store
     policy = RecencyPolicy(reference_date=EXAMPLE_REFERENCE_DATE)
     best = offtopic_best(store, e5, policy, questions={
         "en": ["How do quantum computers work?", "What was that earthquake on the news?"]})

@@ -266,7 +266,7 @@ def test_e5_the_current_coffee_order_leads_for_present_and_neutral_questions(cof
     assert [row.reason for row in explained.rows[:2]] == [
         f"kept; newer version of {nodes[0].node_id}", f"kept; older version, below {nodes[1].node_id}"]
     # By cosine alone, the old wording leads.
-    cosine = QdrantRecencyRetriever(retriever._vector_store, retriever._embed_model,
+    cosine = QdrantRecencyRetriever(retriever._search.vector_store, retriever._search.embed_model,
                                     RecencyPolicy(weight=0.0, threshold=0.8, reference_date=TODAY))
     assert keys(cosine, questions[0])[0] == black
 

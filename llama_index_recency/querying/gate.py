@@ -14,13 +14,18 @@ otherwise, by the retriever) and the same check says when a gate no longer holds
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date
-from typing import Optional
+from typing import Any, Optional
 
+from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.indices.vector_store import VectorStoreIndex
-from llama_index.core.vector_stores.types import MetadataFilters
+from llama_index.core.schema import QueryBundle
+from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters
 
+from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.fitting.gate_fit import (
     BANK_LANGUAGES,
     MAX_BRING_UP,
@@ -31,10 +36,33 @@ from llama_index_recency.fitting.gate_fit import (
     fit_gate,
     noise_margin,
     offtopic_questions,
+    refit_due,
 )
-from llama_index_recency.integrations.retriever import offtopic_best, refit_store_gate
+from llama_index_recency.models.cohort import cached_embeddings
+from llama_index_recency.querying.exact import ExactSearch
+from llama_index_recency.ranking.intent import question_intent
+from llama_index_recency.ranking.news import asks_about_the_news
 from llama_index_recency.ranking.policy import RecencyPolicy
-from llama_index_recency.storage.store import index_policy
+from llama_index_recency.ranking.vague import VAGUE_WINDOW_DAYS
+from llama_index_recency.storage.filters import memory_scope
+from llama_index_recency.storage.store import (
+    MemoryVectorStore,
+    collection_metadata,
+    count_memories,
+    embedding_identity,
+    embedding_of,
+    gate_record,
+    gate_refusal,
+    has_saved_policy,
+    index_policy,
+    save_gate_fit,
+    save_gate_refusal,
+    vector_store_of,
+)
+
+logger = logging.getLogger(__name__)
+
+_OPEN = -1e9  # a threshold every memory passes: the search then returns the best one
 
 __all__ = [
     "BANK_LANGUAGES",
@@ -47,8 +75,10 @@ __all__ = [
     "check_gate",
     "fit_gate",
     "noise_margin",
+    "offtopic_best",
     "offtopic_questions",
     "refit_gate",
+    "refit_store_gate",
 ]
 
 
@@ -70,7 +100,7 @@ def calibrate_gate(
     ``fit.policy(policy)`` is the policy to save.
     """
     policy = policy or index_policy(index)
-    best = offtopic_best(index.vector_store, index._embed_model, policy, questions=questions,
+    best = offtopic_best(index.vector_store, embedding_of(index), policy, questions=questions,
                          user_id=user_id, filters=filters)
     return fit_gate(best, max_bring_up, noise_margin(policy))
 
@@ -84,12 +114,12 @@ def refit_gate(
     today: Optional[date] = None,
 ) -> Optional[GateFit]:
     """Fit the store's own gate when it is due, and save it with the store for
-    :func:`index_policy` (see :func:`~llama_index_recency.integrations.retriever.refit_store_gate`):
+    :func:`index_policy` (see :func:`refit_store_gate`):
     never over an explicit policy (``save_policy``, ``calibrate --save``), from
     ``min_memories`` memories, again at ``ratio`` times the last fit's, or (``check``)
     when the current gate lets too many off-topic questions in. Returns the fit, None when
     none was due; a refused one (:attr:`GateFit.refused`) is not saved."""
-    return refit_store_gate(index.vector_store, index._embed_model, min_memories=min_memories,
+    return refit_store_gate(index.vector_store, embedding_of(index), min_memories=min_memories,
                             ratio=ratio, check=check, today=today)
 
 
@@ -112,3 +142,145 @@ def check_gate(
         f"{fit.bring_up(policy.threshold):.1%} of off-topic questions bring a memory "
         f"(at most {fit.max_bring_up:.0%}); rerun calibrate --save (it fits {fit.threshold:.3g})"
     )
+
+
+def offtopic_best(
+    store: BasePydanticVectorStore,
+    embed_model: BaseEmbedding,
+    policy: RecencyPolicy,
+    *,
+    questions: Optional[Mapping[str, Sequence[str]]] = None,
+    user_id: Optional[str] = None,
+    filters: Optional[MetadataFilters] = None,
+) -> dict[str, list[float]]:
+    """Per language, each off-topic question's best final score on the store (default: the
+    shipped bank), ranked with ``policy`` by the exact search inside the scope, less the
+    threshold's rise for a question about the present.
+
+    Raises:
+        InvalidInputError: the store (or the scope's part of it) holds no memory.
+        UnsupportedStoreError: ``store`` is neither Qdrant Edge nor Qdrant.
+    """
+    search = ExactSearch(
+        store, embed_model,
+        # Every memory passes and no newer version is moved first; a linked successor may
+        # still be, so the best final score is taken over all nodes returned.
+        policy.model_copy(update={"threshold": _OPEN, "top_n": 1, "language_thresholds": {},
+                                  "supersede_margin": None}),
+        filters=memory_scope(user_id=user_id, filters=filters),
+        vague_window_days=VAGUE_WINDOW_DAYS,
+    )
+    banks = questions or {lang: offtopic_questions(lang) for lang in BANK_LANGUAGES}
+    identity = embedding_identity(vector_store_of(store)) or {}
+    best: dict[str, list[float]] = {}
+    for lang, asked in banks.items():
+        texts = [text for text in asked if not asks_about_the_news(text)]  # they bring nothing
+        vectors = cached_embeddings(embed_model, list(texts), query=True,
+                                    dimensions=identity.get("dimensions"))
+        for text, vector in zip(texts, vectors, strict=True):
+            nodes = search.rank(QueryBundle(query_str=text, embedding=vector.tolist())).nodes
+            if not nodes:
+                raise InvalidInputError(
+                    "the store (or this user's part of it) is empty: there is no "
+                    "gate to fit")
+            # A question about the present meets a threshold raised by its larger bonus:
+            # its score is recorded against the policy's own threshold.
+            raised = policy.for_intent(question_intent(text)).threshold - policy.threshold
+            best.setdefault(lang, []).append(
+                max(float(n.score or 0.0) for n in nodes) - raised)
+    return best
+
+
+def refit_store_gate(
+    store: BasePydanticVectorStore,
+    embed_model: BaseEmbedding,
+    *,
+    min_memories: int = MIN_FIT_MEMORIES,
+    ratio: float = REFIT_RATIO,
+    check: bool = False,
+    today: Optional[date] = None,
+) -> Optional[GateFit]:
+    """Fit the store's own gate when it is due and save it (``store.save_gate_fit``).
+
+    Due: no explicit policy is saved (``save_policy`` wins, always), the store holds
+    ``min_memories`` and was never fitted in its policy's units or holds ``ratio`` times the
+    memories of its last fit, or (``check``) the current gate lets more than the share of
+    the bank in. Returns the fit (None: not due); a fit whose
+    :attr:`~llama_index_recency.fitting.gate_fit.GateFit.refused` says why is logged and not saved,
+    the previous gate stays. One fit at a time per store.
+    """
+    vectors = vector_store_of(store)
+    with _fit_lock(vectors):
+        memories = count_memories(vectors)
+        metadata = collection_metadata(vectors)
+        if has_saved_policy(metadata) or memories < min_memories:
+            return None
+        policy = index_policy(metadata)
+        best = None
+        if not due_by_size(metadata, min_memories, memories, ratio):
+            if not check:
+                return None
+            best = offtopic_best(vectors, embed_model, policy)
+            if not fit_gate(best, margin=noise_margin(policy)).lets_too_many_in(policy):
+                return None
+        best = best or offtopic_best(vectors, embed_model, policy)
+        fit = fit_gate(best, margin=noise_margin(policy))
+        if fit.refused:
+            logger.warning("%s; the gate stays %s", fit.refused, policy.threshold_origin)
+            save_gate_refusal(vectors, policy.relevance, memories)
+            return fit
+        save_gate_fit(vectors, policy.relevance, fit.thresholds, memories, today or date.today())
+        return fit
+
+
+def due_by_size(metadata: Mapping[str, Any], min_memories: int, memories: int,
+         ratio: float = REFIT_RATIO) -> bool:
+    """Whether a store of ``memories`` with this collection ``metadata`` is due for a fit by
+    its size (:func:`refit_due`)."""
+    if memories < min_memories:
+        return False
+    if has_saved_policy(metadata):
+        return False
+    units = index_policy(metadata).relevance
+    tried = [record["memories"] for record in (gate_record(metadata), gate_refusal(metadata))
+             if record and record.get("relevance") == units]
+    return refit_due(memories, max(tried, default=None), min_memories, ratio)
+
+
+_FIT_LOCKS: dict[int, threading.Lock] = {}
+_FIT_LOCKS_GUARD = threading.Lock()
+
+
+def _fit_lock(store: MemoryVectorStore) -> threading.Lock:
+    """The lock that lets one gate fit run at a time on ``store``."""
+    with _FIT_LOCKS_GUARD:
+        return _FIT_LOCKS.setdefault(id(store), threading.Lock())
+
+
+class Refit:
+    """A gate fit on a background thread (or run at once): a failure is one warning line,
+    never the caller's. Not a daemon: a process exiting mid-fit waits the few seconds a fit
+    takes, instead of cutting the thread inside the engine."""
+
+    def __init__(self, fit: Callable[[], Optional[GateFit]], background: bool = True) -> None:
+        self.fit: Optional[GateFit] = None
+        self._run = fit
+        self._thread: Optional[threading.Thread] = None
+        if background:
+            self._thread = threading.Thread(target=self._work, name="gate-refit")
+            self._thread.start()
+        else:
+            self._work()
+
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+    def _work(self) -> None:
+        try:
+            self.fit = self._run()
+        except Exception as error:  # noqa: BLE001 - a refit never breaks a turn
+            logger.warning("the gate was not refitted: %s: %s", type(error).__name__, error)

@@ -108,6 +108,7 @@ __all__ = [
     "close_memory_index",
     "count_memories",
     "delete_memories",
+    "embedding_of",
     "aget_memories",
     "get_memories",
     "has_saved_policy",
@@ -286,6 +287,12 @@ def _check_local_mode_lock(root: Path) -> None:
             portalocker.unlock(lock_file)
     except portalocker.exceptions.LockException:
         raise locked_error(root) from None
+
+
+def embedding_of(index: VectorStoreIndex) -> BaseEmbedding:
+    """The embedding model ``index`` embeds with: the one place that reads it, as LlamaIndex
+    keeps it private (``VectorStoreIndex._embed_model``; its own ``as_retriever`` reads it too)."""
+    return index._embed_model
 
 
 def count_memories(index: MemoryStore) -> int:

@@ -48,6 +48,7 @@ from llama_index_recency.storage.store import (
     MemoryStore,
     MemoryStoreFullError,
     delete_memories,
+    embedding_of,
     get_memories,
     get_memory,
     vector_store_of,
@@ -202,7 +203,7 @@ def _embed(index: VectorStoreIndex, nodes: Sequence[BaseNode], on_progress: Opti
         on_progress("embedding", 0, len(missing))
     for start in range(0, len(missing), EMBED_BATCH_SIZE):
         batch = missing[start:start + EMBED_BATCH_SIZE]
-        vectors = index._embed_model.get_text_embedding_batch([_text(n) for n in batch])
+        vectors = embedding_of(index).get_text_embedding_batch([_text(n) for n in batch])
         for node, vector in zip(batch, vectors, strict=True):
             node.embedding = vector
         if on_progress is not None:

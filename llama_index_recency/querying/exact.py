@@ -1,0 +1,237 @@
+"""The exact search over one store: the question's plan, its two drivers, and the store's
+one-time preparation, shared by the retriever and the gate.
+
+The plan (:mod:`llama_index_recency.ranking.plan` and the steps after it) does no I/O: it
+yields plain cosine searches and receives their results. :meth:`ExactSearch.rank` and
+:meth:`ExactSearch.arank` drive it on the engine, sync or async; that is the package's async
+convention wherever there is I/O to plan (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.schema import QueryBundle
+from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters
+from llama_index.vector_stores.qdrant import QdrantVectorStore
+
+from llama_index_recency.errors import InvalidInputError
+from llama_index_recency.models.cohort import QueryScale, relevance_cohort
+from llama_index_recency.ranking.news import about_the_news
+from llama_index_recency.ranking.plan import (
+    SearchPlan,
+    dated_filter,
+    exact_recency_search,
+    reusing_link_searches,
+)
+from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.ranking.ranked import RecencyRanking
+from llama_index_recency.ranking.successors import with_successors
+from llama_index_recency.ranking.supersession import with_newer_versions
+from llama_index_recency.ranking.vague import is_vague_reference, with_recent
+from llama_index_recency.records.nodes import SeveralUsersWarning
+from llama_index_recency.storage.edge import QdrantEdgeVectorStore
+from llama_index_recency.storage.engine import (
+    arun_search,
+    has_async_client,
+    is_local,
+    payload_indexes,
+    run_search,
+    sync_client,
+)
+from llama_index_recency.storage.filters import to_qdrant_filter
+from llama_index_recency.storage.store import vector_store_of
+
+
+class ExactSearch:
+    """The exact top memories of one store for a question, ranked with :attr:`policy`.
+
+    ``filters`` scope every search inside the engine; ``several_users`` is told every
+    memory met (it warns once when an unscoped search meets several users);
+    ``vague_window_days`` (None: off) is the window of recent memories a vague reference
+    fills the places left with.
+
+    Raises:
+        UnsupportedStoreError: ``vector_store`` is neither Qdrant Edge nor Qdrant.
+    """
+
+    def __init__(
+        self,
+        vector_store: BasePydanticVectorStore,
+        embed_model: BaseEmbedding,
+        policy: RecencyPolicy,
+        *,
+        filters: Optional[MetadataFilters] = None,
+        several_users: Optional[SeveralUsersWarning] = None,
+        vague_window_days: Optional[float] = None,
+    ) -> None:
+        self.vector_store = vector_store_of(vector_store)  # Edge or Qdrant, else one line
+        self.embed_model = embed_model
+        self.policy = policy
+        self.filters = filters
+        self._several_users = several_users
+        self._vague_window_days = vague_window_days
+        self._ready = False
+
+    def empty(self) -> RecencyRanking:
+        """The ranking of a store with no memory."""
+        return RecencyRanking(rows=(), nodes=(), relevance=self.policy.relevance)
+
+    def rank(self, bundle: QueryBundle) -> RecencyRanking:
+        """The question's ranking: its plan driven on the engine.
+
+        Raises:
+            InvalidInputError: the store holds memories but none dated under the policy's
+                ``date_key``.
+        """
+        if not self._prepare():
+            return self.empty()
+        vector = self._embed(bundle)
+        return self._drive(self.plan(bundle), vector, self._scale(vector))
+
+    async def arank(self, bundle: QueryBundle) -> RecencyRanking:
+        """Async :meth:`rank`. Without an async client (Edge, qdrant-client's local mode)
+        the searches run inline, as those engines' own async methods do; the question is
+        still embedded asynchronously.
+
+        Raises:
+            InvalidInputError: the store holds memories but none dated under the policy's
+                ``date_key``.
+        """
+        if not has_async_client(self.vector_store):
+            vector = await self._aembed(bundle)
+            if not self._prepare():
+                return self.empty()
+            return self._drive(self.plan(bundle), vector, self._scale(vector))
+        if not await self._aprepare():
+            return self.empty()
+        vector = await self._aembed(bundle)
+        return await self._adrive(self.plan(bundle), vector, self._scale(vector))
+
+    def plan(self, bundle: QueryBundle) -> SearchPlan:
+        """The question's search plan (:meth:`_steps`), its repeated link searches answered once."""
+        return reusing_link_searches(self._steps(bundle))
+
+    def _steps(self, bundle: QueryBundle) -> SearchPlan:
+        """The exact ranking with the bonus the question's intent calls for, newer versions
+        placed before the older ones they repeat, each superseded memory's newest linked
+        successor placed before it, then for a vague reference the recent memories in the
+        places left; for a question about the news, no memory."""
+        policy = self.policy.for_question(bundle.query_str)
+        reference = policy.reference()
+        ranking = yield from exact_recency_search(policy, reference, self.filters)
+        ranking = self.policy.asked(ranking, bundle.query_str)
+        ranking = yield from with_newer_versions(ranking, policy, reference, self.filters)
+        ranking = yield from with_successors(ranking, policy, reference, self.filters)
+        if self._vague_window_days is not None and is_vague_reference(bundle.query_str):
+            ranking = yield from with_recent(ranking, policy, reference, self.filters,
+                                             self._vague_window_days)
+        return about_the_news(ranking, bundle.query_str)
+
+    def _scale(self, vector: List[float]) -> Optional[QueryScale]:
+        """The question's cohort scale when the policy is in cohort units, else None (cosine)."""
+        if self.policy.relevance == "cosine":
+            return None
+        return relevance_cohort(self.embed_model).scale(vector)
+
+    def _drive(
+        self, plan: SearchPlan, vector: List[float], scale: Optional[QueryScale]
+    ) -> RecencyRanking:
+        """Run the plan on the engine; with a cohort scale every result's cosine is moved to
+        the policy's units first (one affine map per question, so the plan stays exact)."""
+        try:
+            search = next(plan)
+            while True:
+                results = run_search(self.vector_store, search, vector,
+                                     self.policy.date_key, scale)
+                if self._several_users is not None:
+                    self._several_users.check(n.node for n in results)
+                search = plan.send(results)
+        except StopIteration as done:
+            return done.value
+
+    async def _adrive(
+        self, plan: SearchPlan, vector: List[float], scale: Optional[QueryScale]
+    ) -> RecencyRanking:
+        try:
+            search = next(plan)
+            while True:
+                results = await arun_search(self.vector_store, search, vector,
+                                            self.policy.date_key, scale)
+                if self._several_users is not None:
+                    self._several_users.check(n.node for n in results)
+                search = plan.send(results)
+        except StopIteration as done:
+            return done.value
+
+    # --- collection checks, done once --------------------------------------------------------
+
+    def _prepare(self) -> bool:
+        """Check the store once; False while it is empty (or its collection does not exist)."""
+        store = self.vector_store
+        if isinstance(store, QdrantEdgeVectorStore):
+            if not self._ready:
+                self._check_counts(store.count(), store.count(filters=self._dated_filters))
+            return self._ready
+        client = sync_client(store)
+        if not self._ready and client.collection_exists(store.collection_name):
+            if not is_local(client):
+                for key, schema in payload_indexes(self.policy.date_key):
+                    client.create_payload_index(store.collection_name, key, field_schema=schema)
+            dated = to_qdrant_filter(self._dated_filters)
+            self._check_counts(
+                client.count(store.collection_name, exact=True).count,
+                client.count(store.collection_name, count_filter=dated, exact=True).count,
+            )
+        return self._ready
+
+    async def _aprepare(self) -> bool:
+        """Async :meth:`_prepare` (for a store with an async Qdrant client)."""
+        store = self.vector_store
+        assert isinstance(store, QdrantVectorStore)
+        client = store._aclient
+        if not self._ready and await client.collection_exists(store.collection_name):
+            if not is_local(client):
+                for key, schema in payload_indexes(self.policy.date_key):
+                    await client.create_payload_index(
+                        store.collection_name, key, field_schema=schema
+                    )
+            dated = to_qdrant_filter(self._dated_filters)
+            self._check_counts(
+                (await client.count(store.collection_name, exact=True)).count,
+                (await client.count(
+                    store.collection_name, count_filter=dated, exact=True
+                )).count,
+            )
+        return self._ready
+
+    def _check_counts(self, total: int, dated: int) -> None:
+        """Ready once there is a memory; a store of undated points is someone else's."""
+        if total and not dated:
+            raise InvalidInputError(
+                f"the store has memories but none with a datetime under payload key "
+                f"{self.policy.date_key!r}: it was not written by llama-index-recency "
+                "(memory_node / open_memory_index), or date_key is wrong"
+            )
+        self._ready = total > 0
+
+    @property
+    def _dated_filters(self) -> MetadataFilters:
+        return dated_filter(self.policy.date_key)
+
+    # --- the question's vector ---------------------------------------------------------------
+
+    def _embed(self, bundle: QueryBundle) -> List[float]:
+        if bundle.embedding is None:
+            bundle.embedding = self.embed_model.get_agg_embedding_from_queries(
+                bundle.embedding_strs
+            )
+        return bundle.embedding
+
+    async def _aembed(self, bundle: QueryBundle) -> List[float]:
+        if bundle.embedding is None:
+            bundle.embedding = await self.embed_model.aget_agg_embedding_from_queries(
+                bundle.embedding_strs
+            )
+        return bundle.embedding
