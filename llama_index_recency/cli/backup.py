@@ -43,7 +43,13 @@ def _lines(store: MemoryStore, user: str | None, with_embeddings: bool) -> list[
 
 
 def run_export(args: argparse.Namespace, session: Session) -> int:
-    """Write the store's memories (of --user) to a JSON Lines file; needs no model."""
+    """Write the store's memories (of --user) to a JSON Lines file; needs no model.
+
+    Raises:
+        CommandError: ``--store`` and ``--url`` both given, a memory that cannot be exported,
+            or a file that cannot be written.
+        MemoryStoreNotFoundError: No store at the location (nothing is created).
+    """
     location = Location.of(args, default_store_path())
     store = location.open_existing()
     try:
@@ -61,7 +67,11 @@ def run_export(args: argparse.Namespace, session: Session) -> int:
 
 
 def read_file(path: os.PathLike[str]) -> MemoryFile:
-    """Every line of a memory file, checked; a one-line error naming the file and the line."""
+    """Every line of a memory file, checked; a one-line error naming the file and the line.
+
+    Raises:
+        CommandError: The file is missing or unreadable, or a line cannot be imported.
+    """
     try:
         return read_memory_file(path)
     except MemoryFileError as error:
@@ -73,7 +83,13 @@ def read_file(path: os.PathLike[str]) -> MemoryFile:
 
 
 def run_import(args: argparse.Namespace, session: Session) -> int:
-    """Store the memories of a JSON Lines file (export's), every line checked first."""
+    """Store the memories of a JSON Lines file (export's), every line checked first.
+
+    Raises:
+        CommandError: The file is missing or unreadable, a line cannot be imported (into
+            this store), ``--store`` and ``--url`` both given, or the model cannot be loaded.
+        PartialWriteError: A batch failed; it says how many memories were stored.
+    """
     memories = read_file(args.path)  # before the store opens or the model loads
     location = Location.of(args, default_store_path())
     with session.store(args.model, location, writes=True) as index:
@@ -96,7 +112,12 @@ def run_import(args: argparse.Namespace, session: Session) -> int:
 
 
 def run_history(args: argparse.Namespace, session: Session) -> int:
-    """Every version of one memory's fact, oldest first; needs no model."""
+    """Every version of one memory's fact, oldest first; needs no model.
+
+    Raises:
+        CommandError: No such memory (of ``--user``), or ``--store`` and ``--url`` both given.
+        MemoryStoreNotFoundError: No store at the location.
+    """
     location = Location.of(args, default_store_path())
     store = location.open_existing()
     try:
@@ -111,7 +132,11 @@ def run_history(args: argparse.Namespace, session: Session) -> int:
 
 
 def print_json_lines(session: Session, store: MemoryStore, user: str | None) -> int:
-    """``list --json``: the export's lines (no embeddings) on stdout, as they are."""
+    """``list --json``: the export's lines (no embeddings) on stdout, as they are.
+
+    Raises:
+        CommandError: A memory that cannot be exported (no readable date, say).
+    """
     write_raw(session, _lines(store, user, with_embeddings=False))
     return 0
 

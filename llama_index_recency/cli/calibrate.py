@@ -40,7 +40,22 @@ from llama_index_recency.storage.store import count_memories, index_policy, save
 
 
 def run_calibrate(args: argparse.Namespace, session: Session) -> int:
-    """Fit the policy (or run the four-candidate pass) on the bundled data or a labelled store."""
+    """Fit the policy (or run the four-candidate pass) on the bundled data or a labelled store.
+
+    Without ``--questions``, a store (``--store`` or ``--url``) gets its relevance gate fitted
+    on itself instead.
+
+    Returns:
+        The exit code: 0 when a policy was adopted (or a gate fitted), 1 when no candidate
+        passes.
+
+    Raises:
+        CommandError: Options that do not go together, a questions file that cannot be read
+            or names no stored memory, unknown ``--question-ids``, labels that cannot be
+            calibrated on, or (fitting a gate) a store without memories or one whose gate
+            cannot be fitted.
+        MemoryStoreNotFoundError: No store at ``--store`` or ``--url``.
+    """
     bundled = args.store is None and args.url is None
     if not bundled and args.questions is None:
         return _calibrate_gate(args, session)

@@ -200,7 +200,13 @@ WHERE_NEXT = "\n".join((
 
 
 def run_demo(args: argparse.Namespace, session: Session) -> int:
-    """The bundled 16 memories and 10 questions through an in-memory Qdrant."""
+    """The bundled 16 memories and 10 questions through an in-memory Qdrant.
+
+    Raises:
+        CommandError: A ranking option the policy refuses, unknown ``--question-ids``, an
+            LLM endpoint that is not an http(s) URL, or a model that cannot be loaded.
+        LLMError: The LLM call failed (with an endpoint set and no ``--no-llm``).
+    """
     console = session.console
     llm = _llm(args)
     questions = select(example_questions(args.lang), args.question_ids)
@@ -233,7 +239,15 @@ def run_demo(args: argparse.Namespace, session: Session) -> int:
 
 
 def run_add(args: argparse.Namespace, session: Session) -> int:
-    """Store one memory (FACT) or a JSON file of them."""
+    """Store one memory (FACT) or a JSON file of them.
+
+    Raises:
+        CommandError: Both or neither of FACT and ``--file``; a fact, date, user or file the
+            memories cannot be made of (named); a ``supersedes`` link to no memory, to
+            another user's or in a cycle; ``--store`` and ``--url`` both given; a model that
+            cannot be loaded.
+        PartialWriteError: A batch failed; it says how many memories were stored.
+    """
     if (args.fact is None) == (args.file is None):
         raise CommandError("give either a FACT or --file")
     if args.file is not None:
@@ -257,7 +271,16 @@ def run_add(args: argparse.Namespace, session: Session) -> int:
 
 
 def run_remember(args: argparse.Namespace, session: Session) -> int:
-    """Extract durable facts from a transcript with the LLM and store them."""
+    """Extract durable facts from a transcript with the LLM and store them.
+
+    Raises:
+        CommandError: A transcript that cannot be read, a ``--date`` after tomorrow without
+            ``--allow-future``, no LLM endpoint or one that is not an http(s) URL,
+            ``--store`` and ``--url`` both given, or a model that cannot be loaded.
+        RetryableWriteError: The LLM call failed; nothing was stored.
+        FinalWriteError: The LLM answered but no valid fact came of it.
+        PartialWriteError: A batch failed; it says how many memories were stored.
+    """
     turns = transcript(args.transcript)
     if args.date is not None and not args.allow_future:
         try:
@@ -286,7 +309,15 @@ def run_remember(args: argparse.Namespace, session: Session) -> int:
 
 
 def run_ask(args: argparse.Namespace, session: Session) -> int:
-    """Rank the store's memories for one question, then (optionally) ask the LLM."""
+    """Rank the store's memories for one question, then (optionally) ask the LLM.
+
+    Raises:
+        CommandError: No memories stored, a ranking option the policy refuses, an LLM
+            endpoint that is not an http(s) URL, ``--store`` and ``--url`` both given, or a
+            model that cannot be loaded.
+        MemoryStoreNotFoundError: No store at the location (nothing is created).
+        LLMError: The LLM call failed; the ranking is printed first.
+    """
     llm = _llm(args)
     session.console.print(llm_line(llm))
     location = Location.of(args, default_store_path())
@@ -307,7 +338,13 @@ def run_ask(args: argparse.Namespace, session: Session) -> int:
 
 def run_list(args: argparse.Namespace, session: Session) -> int:
     """Print the store's memories, oldest first (``--json``: export's lines, newest first);
-    needs no embedding model."""
+    needs no embedding model.
+
+    Raises:
+        CommandError: ``--store`` and ``--url`` both given, or (``--json``) a memory that
+            cannot be exported.
+        MemoryStoreNotFoundError: No store at the location.
+    """
     location = Location.of(args, default_store_path())
     store = location.open_existing()
     try:
@@ -332,7 +369,16 @@ def _memories(count: int) -> str:
 def run_forget(args: argparse.Namespace, session: Session) -> int:
     """Delete the selected memories after showing them (and a yes, unless --yes); a whole
     user (``--user`` alone) also loses their conversations waiting in the outbox, whether or
-    not they have memories yet."""
+    not they have memories yet.
+
+    Returns:
+        The exit code: 0 (also when nothing matches), 1 when the deletion is not confirmed.
+
+    Raises:
+        CommandError: No selection (ids, ``--user``, ``--before`` or ``--match``), no
+            terminal to confirm on without ``--yes``, or ``--store`` and ``--url`` both given.
+        MemoryStoreNotFoundError: No store at the location.
+    """
     if not (args.ids or args.user or args.before or args.match):
         raise CommandError("forget needs memory ids, --user, --before or --match")
     whole_user = args.user is not None and not (args.ids or args.before or args.match)
@@ -389,7 +435,17 @@ def _confirmed(question: str) -> bool:
 
 
 def run_migrate(args: argparse.Namespace, session: Session) -> int:
-    """Copy a 0.1.0 store into Qdrant Edge, with a progress bar; the source is not modified."""
+    """Copy a qdrant-client local-mode store (written by 0.1.0) into Qdrant Edge, with a
+    progress bar; the source is not modified.
+
+    Raises:
+        MemoryStoreNotFoundError: The source is not a local-mode store, or lacks the collection.
+        InvalidInputError: The target is itself a local-mode store (or its shard directory
+            holds something else).
+        MemoryStoreLockedError: The source or the target is open in another process.
+        EmbeddingMismatchError: The target records another embedding model than the source.
+        MigrationIncompleteError: Fewer memories were copied than the source holds.
+    """
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=session.console, transient=True,

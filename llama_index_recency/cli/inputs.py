@@ -51,7 +51,12 @@ def _read_json(path: Path, what: str) -> Any:
 def file_memories(path: Path, user_name: str | None, user_id: str | None,
                   allow_future: bool = False) -> tuple[list[TextNode], list[str]]:
     """Every memory of an ``add --file`` JSON file, all validated before anything is stored,
-    and for each the words naming it in an error ("memory file F, memory 3")."""
+    and for each the words naming it in an error ("memory file F, memory 3").
+
+    Raises:
+        CommandError: The file is missing, unreadable, not UTF-8 or not JSON of that shape;
+            an entry cannot be made a memory; two entries are the same memory.
+    """
     data = _read_json(path, "memory file")
     if not isinstance(data, dict) or not isinstance(data.get("memories"), list):
         raise CommandError(f'memory file {path}: expected a JSON object with a "memories" list, '
@@ -122,7 +127,11 @@ def _entry_user(value: Any, where: str) -> str:
 def check_file_links(index: MemoryStore, nodes: Sequence[TextNode], labels: Sequence[str]
                      ) -> None:
     """Each entry's ``supersedes`` names a memory of its own user, in the store or the file
-    (an unknown id is most likely mistyped); else a one-line error naming the entry."""
+    (an unknown id is most likely mistyped); else a one-line error naming the entry.
+
+    Raises:
+        CommandError: A link to no memory, to another user's, or in a cycle.
+    """
     problem = link_problem(index, nodes, must_exist=True)
     if problem is not None:
         raise CommandError(f"{labels[problem[0]]}: {problem[1]}")
@@ -131,6 +140,13 @@ def check_file_links(index: MemoryStore, nodes: Sequence[TextNode], labels: Sequ
 def memory(fact: str, day: date | str, key: str | None, user_name: str | None,
            user_id: str | None, where: str, allow_future: bool = False,
            supersedes: Sequence[str] | None = None) -> TextNode:
+    """One memory's node through :func:`~llama_index_recency.records.nodes.memory_node`, its
+    refusal a one-line error starting with ``where`` (the words naming the entry).
+
+    Raises:
+        CommandError: A fact, date, user or link the node cannot be made of, or a date after
+            tomorrow without ``allow_future``.
+    """
     bad = control_character(fact)
     if bad is not None:
         raise CommandError(f"{where}: the fact contains the control character {bad!r}; a fact "
@@ -158,7 +174,12 @@ def _json_kind(value: Any) -> str:
 
 
 def transcript(path: Path) -> list[Turn]:
-    """The turns of a transcript file, or a one-line error naming the file and the line."""
+    """The turns of a transcript file, or a one-line error naming the file and the line.
+
+    Raises:
+        CommandError: The file is missing, unreadable or not UTF-8 text, or a line is not a
+            turn.
+    """
     try:
         return parse_transcript(_read_text(path, "transcript"))
     except ValueError as error:
@@ -168,6 +189,11 @@ def transcript(path: Path) -> list[Turn]:
 def select(
     questions: list[ExampleQuestion], ids: tuple[str, ...] | None
 ) -> list[ExampleQuestion]:
+    """The questions of ``ids`` (all for None), in their own order.
+
+    Raises:
+        CommandError: An id that names no question.
+    """
     if ids is None:
         return questions
     unknown = sorted(set(ids) - {q.id for q in questions})
@@ -178,7 +204,12 @@ def select(
 
 def load_questions(path: Path) -> list[ExampleQuestion]:
     """Labelled questions from JSON: ``{"questions": [{"id", "text", "targets"}]}``, all
-    checked before any model loads, each problem naming the file and the question."""
+    checked before any model loads, each problem naming the file and the question.
+
+    Raises:
+        CommandError: The file is missing, unreadable, not UTF-8 or not JSON of that shape,
+            its list is empty, or a question lacks an id, a text or its targets.
+    """
     data = _read_json(path, "questions file")
     if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
         raise CommandError(f'questions file {path}: expected a JSON object with a "questions" '
@@ -213,7 +244,11 @@ def _given(item: dict[str, Any], name: str) -> str:
 
 def check_targets(path: Path, sets: list[list[RetrievedCandidates]], source: str) -> None:
     """Every target names a memory (by key, else id; each question's candidates are every
-    memory): a misspelt key would only fail its question, without ever being named."""
+    memory): a misspelt key would only fail its question, without ever being named.
+
+    Raises:
+        CommandError: A target that names no memory in ``source``.
+    """
     for retrieved in sets:
         for item in retrieved:
             names = {n.node.metadata.get(DEFAULT_KEY, n.node.node_id) for n in item.candidates}

@@ -45,6 +45,9 @@ def checked_argv(argv: Sequence[str]) -> list[str]:
 
     Python hands undecodable bytes over as lone surrogates, which could neither be
     stored nor printed.
+
+    Raises:
+        CommandError: An argument that is not UTF-8 (named by its position).
     """
     for number, arg in enumerate(argv, start=1):
         try:
@@ -63,6 +66,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``llama-index-recency`` parser, each subcommand's ``run`` set as a default; for bad
+    arguments its ``parse_args`` raises :class:`CommandError` (one line) where argparse would
+    print the usage and exit."""
     parser = _Parser(
         prog="llama-index-recency",
         description="Recency-aware memory retrieval for LlamaIndex over Qdrant.",

@@ -141,6 +141,12 @@ class Location:
 
     @classmethod
     def of(cls, args: argparse.Namespace, default_path: Path | None) -> Location:
+        """The location of ``--store``, ``--url`` and ``--collection``; ``default_path`` when
+        neither is given (None: in memory).
+
+        Raises:
+            CommandError: Both ``--store`` and ``--url`` given.
+        """
         if args.store is not None and args.url is not None:
             raise CommandError("give --store or --url, not both")
         path = None if args.url is not None else (args.store or default_path)
@@ -151,12 +157,25 @@ class Location:
         return where if self.collection == DEFAULT_COLLECTION else f"{where} ({self.collection})"
 
     def open(self, embed_model: BaseEmbedding) -> VectorStoreIndex:
+        """The memory index here, created if needed (see :func:`open_memory_index`).
+
+        Raises:
+            MemoryStoreLockedError: The embedded store is open in another process.
+            MemoryStoreUnreachableError: The server at ``url`` does not answer.
+            EmbeddingMismatchError: The store was written with another embedding model.
+        """
         return open_memory_index(
             embed_model, path=self.path, url=self.url, collection_name=self.collection
         )
 
     def open_existing(self) -> BasePydanticVectorStore:
-        """The store as it is, with no embedding model: for list, forget and migrate."""
+        """The store as it is, with no embedding model: for list, forget and migrate.
+
+        Raises:
+            MemoryStoreNotFoundError: No store here (nothing is created).
+            MemoryStoreLockedError: The embedded store is open in another process.
+            MemoryStoreUnreachableError: The server at ``url`` does not answer.
+        """
         return open_memory_store(path=self.path, url=self.url, collection_name=self.collection)
 
 
@@ -179,6 +198,13 @@ class Session:
     timings: _Timings = field(default_factory=_Timings)
 
     def embedding(self, model: str) -> BaseEmbedding:
+        """The session's embedding model, loaded on first use from the ``--model`` choice
+        ``model`` (a model given to the session is used as it is).
+
+        Raises:
+            CommandError: The model cannot be loaded (a missing extra, hub, file or format
+                error, named in one line).
+        """
         if self.embed_model is None:
             name, load = EMBEDDING_MODELS[model]
             with self.console.status(f"loading the {model} embedding model"), \
@@ -197,7 +223,18 @@ class Session:
     def store(self, model: str, location: Location, *, writes: bool
               ) -> Iterator[VectorStoreIndex]:
         """The memory index at ``location``, released after; a local store is checked
-        (lock, missing, a file) before the model loads. Only writing commands create one."""
+        (lock, missing, a file) before the model loads. Only writing commands create one.
+
+        Raises:
+            MemoryStoreLockedError: The embedded store is open in another process.
+            MemoryStoreNotFoundError: No store at ``location`` and not ``writes``.
+            MemoryStorePathError: ``location.path`` is a file, not a directory.
+            MemoryStoreReadOnlyError: ``writes`` and the store's disk is read-only.
+            MemoryStoreFullError: ``writes`` and the store's disk is full.
+            CommandError: The embedding model cannot be loaded.
+            MemoryStoreUnreachableError: The server at ``location.url`` does not answer.
+            EmbeddingMismatchError: The store was written with another embedding model.
+        """
         if location.path is not None:
             check_memory_store(location.path, must_exist=not writes,
                                collection_name=location.collection, writes=writes)
@@ -229,8 +266,11 @@ class Session:
         one write: skips what is stored as given, embeds the rest, stores in batches), with
         progress (:class:`PhaseProgress`) and a timed stage per phase.
 
-        A failed batch raises :class:`PartialWriteError` with the exact count; an embedding
-        failure (nothing stored yet) raises one too, with 0 stored.
+        Raises:
+            PartialWriteError: A batch failed (with the exact count stored), or the
+                embedding failed (nothing stored yet: 0 stored).
+            InvalidInputError: A link or text the store refuses (see
+                :func:`~llama_index_recency.writing.updates.insert_memories`); nothing stored.
         """
         unique = list({node.node_id: node for node in nodes}.values())
         keys = {node.node_id: node.metadata.get(DEFAULT_KEY) for node in unique}

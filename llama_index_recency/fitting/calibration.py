@@ -41,7 +41,8 @@ from llama_index_recency.ranking.vague import (
 SEED_GRID: tuple[tuple[float, float], ...] = (
     (0.03, 30.0), (0.04, 30.0), (0.04, 14.0), (0.05, 14.0)
 )
-"""The four (weight, tau_days) candidates :func:`calibrate` runs by default, smallest bonus first."""
+"""The four (weight, tau_days) candidates :func:`calibrate` runs by default, smallest bonus
+first."""
 
 DEFAULT_KEY = "key"
 """Metadata key naming a memory in questions' ``targets`` (the node id when it is absent)."""
@@ -290,6 +291,10 @@ def calibrate(
     reference gets one condition instead: at least half its targets listed
     (:func:`vague_listed`). Among passing candidates the smallest weight is adopted
     (ties: the smaller tau); none passing means none adopted.
+
+    Raises:
+        InvalidInputError: Labels that cannot be calibrated on (:func:`check_labels`), or a
+            grid point without a finite weight >= 0 and tau_days > 0.
     """
     check_labels(retrieved)
     # One check per target, or one per vague question: (question, target or None).
@@ -367,6 +372,9 @@ def fit_threshold(
 
     Use it for a new embedding model, whose cosines live on their own scale (the default
     0.45 belongs to Qwen3-Embedding-0.6B at 256 dims); ``policy.threshold`` is ignored.
+
+    Raises:
+        InvalidInputError: Labels that cannot be calibrated on (:func:`check_labels`).
     """
     check_labels(retrieved)
     hit_free, scores = _score(retrieved, policy, key)
@@ -384,6 +392,11 @@ def fit_threshold(
 
 
 def with_bonus(policy: RecencyPolicy, weight: float, tau_days: float) -> RecencyPolicy:
+    """``policy`` with the candidate's bonus (``weight``, ``tau_days``).
+
+    Raises:
+        InvalidInputError: ``weight`` not finite and >= 0, or ``tau_days`` not finite and > 0.
+    """
     if not (0 <= weight < math.inf and 0 < tau_days < math.inf):
         raise InvalidInputError(
             f"a candidate needs finite weight >= 0 and tau_days > 0, got ({weight}, {tau_days})"
@@ -419,6 +432,12 @@ def _score(
 
 
 def check_labels(retrieved: Sequence[RetrievedCandidates]) -> None:
+    """Refuse labels a calibration cannot place a threshold with.
+
+    Raises:
+        InvalidInputError: No question with targets, or no hit-free question (no targets)
+            with retrieved candidates.
+    """
     if not any(item.question.targets for item in retrieved):
         raise InvalidInputError("calibration needs at least one question with target memories")
     if not any(not item.question.targets and item.candidates for item in retrieved):

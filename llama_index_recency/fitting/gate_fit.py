@@ -2,8 +2,8 @@
 and when a store is due for a new fit.
 
 :mod:`llama_index_recency.querying.gate` asks the bank of a live store and saves the fit; the
-exact retriever refits a store it sees grow (:mod:`llama_index_recency.integrations.retriever`). Both
-use what is here.
+exact retriever refits a store it sees grow (:mod:`llama_index_recency.integrations.retriever`).
+Both use what is here.
 """
 
 from __future__ import annotations
@@ -47,7 +47,11 @@ REFIT_RATIO = 2.0
 
 
 def offtopic_questions(lang: Optional[str] = None) -> list[str]:
-    """The shipped off-topic bank: ``lang`` "en" or "ja", or both (None)."""
+    """The shipped off-topic bank: ``lang`` "en" or "ja", or both (None).
+
+    Raises:
+        InvalidInputError: ``lang`` is neither "en" nor "ja".
+    """
     data = json.loads(
         resources.files("llama_index_recency.data").joinpath("offtopic.json").read_text("utf-8")
     )
@@ -59,7 +63,8 @@ def offtopic_questions(lang: Optional[str] = None) -> list[str]:
 
 @dataclass(frozen=True)
 class GateFit:
-    """The off-topic bank's best scores on one store, per language, and the thresholds they call for.
+    """The off-topic bank's best scores on one store, per language, and the thresholds they
+    call for.
 
     Each language is held to ``max_bring_up`` on its own: a Japanese question scores low on
     an English store, so pooling them would let twice the share of English ones in.
@@ -68,7 +73,8 @@ class GateFit:
     best: dict[str, tuple[float, ...]]
     """Per language, per bank question, the highest final score any memory reaches (best first)."""
     threshold: float
-    """The lowest threshold holding every language to ``max_bring_up``, :data:`NOISE_MARGIN` clear."""
+    """The lowest threshold holding every language to ``max_bring_up``, the noise margin
+    clear (:func:`noise_margin`)."""
     max_bring_up: float
     thresholds: dict[str, float] = field(default_factory=dict)
     """Per language, the lowest threshold holding its own bank to ``max_bring_up``, margin clear."""
@@ -98,7 +104,8 @@ class GateFit:
         return False
 
     def policy(self, base: RecencyPolicy, origin: str = "explicit") -> RecencyPolicy:
-        """``base`` with these thresholds (per language, and their max for the rest) and ``origin``."""
+        """``base`` with these thresholds (per language, and their max for the rest) and
+        ``origin``."""
         return base.model_copy(update={"threshold": self.threshold,
                                        "language_thresholds": dict(self.thresholds),
                                        "threshold_origin": origin})
@@ -132,6 +139,10 @@ def fit_gate(
     machine noise cannot let one of them in. When that margin keeps out every question the
     share allows in (the scores around the cut closer than the margin), the fit says so in
     :attr:`GateFit.refused`.
+
+    Raises:
+        InvalidInputError: No language, or a language without scores, in ``best``; or
+            ``max_bring_up`` outside [0, 1).
     """
     if not best or not all(best.values()):
         raise InvalidInputError(

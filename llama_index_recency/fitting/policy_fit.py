@@ -31,7 +31,8 @@ difference in relevance (2 sd: the default 0.05 is ~1.5 sd for Qwen3 and ~2 sd f
 """
 
 SPREAD_TAUS: tuple[float, ...] = (14.0, 30.0)
-"""Bonus decays :func:`fit_policy` tries, in days: the two of :data:`~llama_index_recency.fitting.calibration.SEED_GRID`."""
+"""Bonus decays :func:`fit_policy` tries, in days: the two of
+:data:`~llama_index_recency.fitting.calibration.SEED_GRID`."""
 
 NOISE_MARGIN = COSINE_NOISE_MARGIN
 """Cosine a fitted threshold must keep from both sides of its gap for a candidate to pass.
@@ -47,6 +48,10 @@ def raw_cosine_sd(*stores: Sequence[RetrievedCandidates]) -> float:
     Retrieve every memory for it (``similarity_top_k`` = the store's size). Given several
     stores (e.g. one per language), each is measured from its own mean (pooled
     within-store sd), so an offset between languages does not count as spread.
+
+    Raises:
+        InvalidInputError: Fewer than two scored candidates, or no spread (each store's
+            cosines all equal).
     """
     squares, count = 0.0, 0
     for retrieved in stores:
@@ -64,7 +69,11 @@ def raw_cosine_sd(*stores: Sequence[RetrievedCandidates]) -> float:
 def spread_grid(
     sd: float, ks: Sequence[float] = SPREAD_KS, taus: Sequence[float] = SPREAD_TAUS
 ) -> tuple[tuple[float, float], ...]:
-    """(weight, tau_days) candidates with ``weight = k * sd`` (rounded to 5 decimals)."""
+    """(weight, tau_days) candidates with ``weight = k * sd`` (rounded to 5 decimals).
+
+    Raises:
+        InvalidInputError: ``sd`` is not finite and > 0.
+    """
     if not (0 < sd < math.inf):
         raise InvalidInputError(f"the raw-cosine sd must be finite and > 0, got {sd}")
     return tuple((round(k * sd, 5), tau) for tau in taus for k in ks)
@@ -128,7 +137,11 @@ class PolicyFit:
 
     def policy(self, base: RecencyPolicy) -> RecencyPolicy:
         """``base`` with the adopted weight, tau_days and threshold, in cosine units (the
-        candidates' scores are raw cosines); the threshold is every language's (explicit)."""
+        candidates' scores are raw cosines); the threshold is every language's (explicit).
+
+        Raises:
+            InvalidInputError: No candidate was adopted.
+        """
         if self.adopted is None or self.adopted.threshold is None:
             raise InvalidInputError(
                 "no candidate passes every condition; there is no policy to adopt")
@@ -207,6 +220,12 @@ def fit_policy(
     contradiction questions (all of them when any candidate does: a bonus too small to
     reorder anything keeps no recency effect), then the largest headroom in sd units,
     then the smaller weight. ``policy`` supplies the reference date and date handling.
+
+    Raises:
+        InvalidInputError: Labels that cannot be calibrated on
+            (:func:`~llama_index_recency.fitting.calibration.check_labels`), ``sd`` not finite
+            and > 0 (without ``grid``), or a grid point without a finite weight >= 0 and
+            tau_days > 0.
     """
     check_labels(retrieved)
     candidates = []

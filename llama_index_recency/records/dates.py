@@ -20,9 +20,14 @@ def parse_memory_date(value: Any) -> datetime:
 
     Dates mean midnight UTC and naive datetimes are taken as UTC, which is also how
     Qdrant reads datetime payloads, so both sides compute the same age.
-    Raises ``ValueError`` for anything else (numbers, empty strings, garbage) and for
-    instants outside years 1-9999 in UTC (``0001-01-01T00:00:00+01:00``), so callers'
-    missing-date policies apply to them instead of an ``OverflowError``.
+    Anything else is refused with a ``ValueError``, instants outside years 1-9999 in UTC
+    included, so callers' missing-date policies apply to them instead of an
+    ``OverflowError``.
+
+    Raises:
+        InvalidInputError: ``value`` is not a date, a datetime or an ISO 8601 string Qdrant
+            reads (numbers, empty strings, garbage, ``20260909``), or names an instant
+            outside years 1-9999 in UTC (``0001-01-01T00:00:00+01:00``).
     """
     if isinstance(value, datetime):
         parsed = value

@@ -59,8 +59,8 @@ SUPERSEDES_KEY = "supersedes"
 """Metadata key: ids of the earlier memories a memory updates or contradicts."""
 
 SUPERSEDED_BY_KEY = "superseded_by"
-"""Metadata key of the back links stores made by 0.2.0 hold (ids of the later memories): read,
-never written."""
+"""Metadata key of the back links older stores carry (written by 0.2.0; ids of the later
+memories): read, never written."""
 
 
 def check_not_future(memory_date: date | datetime | str, *,
@@ -70,6 +70,10 @@ def check_not_future(memory_date: date | datetime | str, *,
 
     Tomorrow is accepted: the user's day can be ahead of the machine's (time zones). A
     later date is almost always a typo (2099 for 2026) and would rank as brand new for years.
+
+    Raises:
+        FutureMemoryDateError: The day is more than one day after ``reference_date``'s.
+        InvalidInputError: ``memory_date`` or ``reference_date`` is not a readable date.
     """
     day = calendar_day(memory_date)
     today = date.today() if reference_date is None else calendar_day(reference_date)
@@ -103,8 +107,9 @@ class SeveralUsersWarning:
 def memory_id(fact: str, memory_date: str, user_id: Optional[str] = None) -> str:
     """Deterministic id from (user,) date and fact, so storing the same memory twice overwrites it.
 
-    Unscoped ids are exactly 0.1.0's, so existing stores never get duplicates; a user's
-    id includes the user, so two users' identical facts on one day stay two memories.
+    Unscoped ids are computed exactly as in the first stores (qdrant-client local-mode
+    stores, written by 0.1.0), so existing stores never get duplicates; a user's id
+    includes the user, so two users' identical facts on one day stay two memories.
     """
     key = f"{memory_date}\n{fact}" if user_id is None else f"{user_id}\n{memory_date}\n{fact}"
     return str(uuid.uuid5(MEMORY_NAMESPACE, key))
@@ -123,7 +128,11 @@ def quoted(text: str, limit: int = 100) -> str:
 
 
 def check_user_name(user_name: str) -> str:
-    """Return ``user_name`` if it can stand in a memory: non-blank, no control characters."""
+    """Return ``user_name`` if it can stand in a memory: non-blank, no control characters.
+
+    Raises:
+        InvalidInputError: ``user_name`` is blank or holds a control character.
+    """
     if not user_name.strip():
         raise InvalidInputError(f"user_name {user_name!r} is blank")
     bad = control_character(user_name)
@@ -136,7 +145,12 @@ def check_user_name(user_name: str) -> str:
 
 
 def with_subject(fact: str, user_name: str) -> str:
-    """Replace the generic subject ("The user", "User", 「ユーザー」) with ``user_name``, literally."""
+    """Replace the generic subject ("The user", "User", 「ユーザー」) with ``user_name``,
+    literally.
+
+    Raises:
+        InvalidInputError: ``user_name`` is blank or holds a control character.
+    """
     name = check_user_name(user_name)
     return _GENERIC_SUBJECT.sub(lambda _: name, fact)
 
@@ -177,6 +191,15 @@ def memory_node(
     The date stays in the embedded text (the shipped policies were calibrated on cosines of
     dated text) and is also stored under ``date_key`` for the bonus. Metadata is
     excluded from the embedding and the LLM prompt, so the date is never shown twice.
+
+    Raises:
+        InvalidInputError: An empty fact, one with a control character or longer than
+            :data:`MAX_FACT_CHARS`; a ``user_name`` or ``user_id`` that is blank or not one
+            line; an unreadable date; ``date_key``, ``user_id`` or ``supersedes`` given
+            twice (argument and ``metadata``); a link that is not a UUID or names the
+            memory itself.
+        FutureMemoryDateError: A date more than one day after ``reference_date``'s, without
+            ``allow_future``.
     """
     fact = " ".join(fact.split())
     if not fact:
@@ -250,13 +273,20 @@ def canonical_id(memory_id: str) -> str:
 
     The store finds a point under any spelling but keeps the node's id as written, so an
     id written otherwise than canonically would never equal the one found by another.
+
+    Raises:
+        ValueError: ``memory_id`` is not a UUID in any spelling (from :class:`uuid.UUID`).
     """
     return str(uuid.UUID(memory_id))
 
 
 def calendar_day(value: date | datetime | str) -> date:
     """The calendar day a memory date names: a date itself, an instant's day in its own UTC
-    offset (the user's day, not UTC's). Raises ``ValueError`` naming anything else."""
+    offset (the user's day, not UTC's).
+
+    Raises:
+        InvalidInputError: ``value`` is not a readable memory date (named).
+    """
     day_or_instant = _checked(value)
     return day_or_instant.date() if isinstance(day_or_instant, datetime) else day_or_instant
 
