@@ -28,7 +28,9 @@ from llama_index.core.vector_stores.types import (
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import QdrantClient
 
-from llama_index_recency.storage.edge import METADATA_FILE, MemoryStoreLockedError, QdrantEdgeVectorStore
+from llama_index_recency.errors import MemoryStoreLockedError
+from llama_index_recency.storage.edge import QdrantEdgeVectorStore
+from llama_index_recency.storage.edge_files import METADATA_FILE
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -513,7 +515,7 @@ def test_a_store_missing_an_index_opens_on_a_full_disk_and_a_new_one_is_refused(
     it, the store still opens (list, export, forget are what a full disk needs), slower."""
     import shutil
 
-    from llama_index_recency.storage.edge import MemoryStoreFullError
+    from llama_index_recency.errors import MemoryStoreFullError
 
     old = QdrantEdgeVectorStore(shard_path, dimensions=4, date_key="when")  # no "date" index
     old.add([TextNode(id_=str(uuid.uuid4()), text="x", embedding=[1.0, 0.0, 0.0, 0.0])])

@@ -10,7 +10,7 @@ import pytest
 from conftest import OpenAIServer
 
 from llama_index_recency.writing.backup import export_memories
-from llama_index_recency.storage.edge import MemoryStoreLockedError
+from llama_index_recency.errors import MemoryStoreLockedError
 from llama_index_recency.records.nodes import memory_node
 from llama_index_recency.models.factories import openai_like_llm
 from llama_index_recency.recency_memory import RecencyMemory

@@ -30,28 +30,28 @@ from llama_index_recency.storage.edge_files import (
     COPY_PREFIX,
     EDGE_CONFIG_FILE,
     INDEX_BYTES,
+    METADATA_FILE,
     SPACE_HEADROOM,
     check_space,
     copy_sparse,
-    edge_reason,
     file_sizes,
     free_bytes,
     hold_shared,
     in_place_refusal,
     load_needs,
     megabytes,
+    opened_shard,
     read_metadata,
     read_only,
-    read_only_error,
     refuse_foreign_directory,
     remedy,
     remove_copy,
     write_metadata,
     write_needs,
 )
-from llama_index_recency.storage.edge_files import METADATA_FILE as METADATA_FILE
 from llama_index_recency.storage.edge_points import (
     BATCH,
+    DOCUMENT_ID_KEY,
     node_point,
     point_id,
     point_node,
@@ -59,15 +59,7 @@ from llama_index_recency.storage.edge_points import (
     query_filter,
     scroll,
 )
-from llama_index_recency.storage.edge_points import DOCUMENT_ID_KEY as DOCUMENT_ID_KEY
-from llama_index_recency.errors import (
-    InvalidInputError,
-    MemoryStoreClosedError,
-)
-from llama_index_recency.errors import MemoryStoreDamagedError as MemoryStoreDamagedError
-from llama_index_recency.errors import MemoryStoreFullError as MemoryStoreFullError
-from llama_index_recency.errors import MemoryStoreLockedError as MemoryStoreLockedError
-from llama_index_recency.errors import MemoryStoreReadOnlyError as MemoryStoreReadOnlyError
+from llama_index_recency.errors import InvalidInputError, MemoryStoreClosedError
 from llama_index_recency.storage.filters import has_condition, to_edge_filter
 from llama_index_recency.records.nodes import SUPERSEDES_KEY, USER_ID_KEY
 
@@ -344,30 +336,9 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         return self._shard
 
     def _locked(self, open_shard: Any, *args: Any) -> edge.EdgeShard:
-        """``open_shard(*args)``, with Edge's failures (a plain Exception with the text) as
-        :class:`MemoryStoreLockedError`, :class:`MemoryStoreReadOnlyError`,
-        :class:`MemoryStoreFullError` or, loading, :class:`MemoryStoreDamagedError`."""
-        if read_only(args[0]):
-            raise read_only_error(self.path) from None
-        try:
-            return open_shard(*args)
-        except Exception as error:
-            text = str(error)
-            if "WouldBlock" in text:
-                raise MemoryStoreLockedError(
-                    f"the store at {self.path} is already open in another process or handle"
-                ) from None
-            if "os error 30" in text or "Read-only file system" in text:
-                raise read_only_error(self.path) from None
-            if "os error 28" in text or "No space left" in text:
-                raise MemoryStoreFullError(f"the disk holding the store at {self.path} is "
-                                           "full; free some space") from None
-            if open_shard is not edge.EdgeShard.load or "Permission denied" in text:
-                raise
-            raise MemoryStoreDamagedError(
-                f"the store at {self.path} is damaged: {edge_reason(text, args[0])}; restore "
-                "it from an export or backup"
-            ) from None
+        """``open_shard(*args)`` for this store, Edge's failures as one-line errors
+        (:func:`~llama_index_recency.storage.edge_files.opened_shard`)."""
+        return opened_shard(self.path, open_shard, *args)
 
     def _load_copy(self, refusal: OSError) -> edge.EdgeShard:
         """Load a copy of the shard made in the temporary directory, holding the shard's

@@ -12,8 +12,11 @@ import shutil
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional
 
+import qdrant_edge as edge
+
 from llama_index_recency.errors import (
     InvalidInputError,
+    MemoryStoreDamagedError,
     MemoryStoreFullError,
     MemoryStoreLockedError,
     MemoryStorePathError,
@@ -259,3 +262,36 @@ def write_metadata(path: str, record: dict[str, Any]) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def opened_shard(path: str, open_shard: Any, *args: Any) -> Any:
+    """``open_shard(*args)`` (Edge's ``EdgeShard.load`` or ``create``) for the store at ``path``,
+    with Edge's failures (a plain Exception with the text) as one-line errors.
+
+    Raises:
+        MemoryStoreLockedError: the shard is open in another process or handle.
+        MemoryStoreReadOnlyError: the shard's directory is on a read-only filesystem.
+        MemoryStoreFullError: the disk is full.
+        MemoryStoreDamagedError: loading failed on a missing, truncated or foreign file.
+    """
+    if read_only(args[0]):
+        raise read_only_error(path) from None
+    try:
+        return open_shard(*args)
+    except Exception as error:
+        text = str(error)
+        if "WouldBlock" in text:
+            raise MemoryStoreLockedError(
+                f"the store at {path} is already open in another process or handle"
+            ) from None
+        if "os error 30" in text or "Read-only file system" in text:
+            raise read_only_error(path) from None
+        if "os error 28" in text or "No space left" in text:
+            raise MemoryStoreFullError(f"the disk holding the store at {path} is "
+                                       "full; free some space") from None
+        if open_shard is not edge.EdgeShard.load or "Permission denied" in text:
+            raise
+        raise MemoryStoreDamagedError(
+            f"the store at {path} is damaged: {edge_reason(text, args[0])}; restore "
+            "it from an export or backup"
+        ) from None
