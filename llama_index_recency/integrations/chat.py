@@ -78,6 +78,12 @@ class MemoryResponseSynthesizer(BaseSynthesizer):
         streaming: bool = False,
         today: TodayLike = None,
     ) -> None:
+        """A synthesizer for ``llm`` (default: ``Settings.llm``) sending
+        ``text_qa_template`` (default: ``RETRIEVED_MEMORY_PROMPT``).
+
+        Raises:
+            InvalidInputError: ``today`` is not a date, a datetime or an ISO date string.
+        """
         super().__init__(llm=llm, callback_manager=callback_manager, streaming=streaming)
         self._text_qa_template = text_qa_template or RETRIEVED_MEMORY_PROMPT
         self._today = _memory_day(today)
@@ -96,6 +102,12 @@ class MemoryResponseSynthesizer(BaseSynthesizer):
         additional_source_nodes: Optional[Sequence[NodeWithScore]] = None,
         **response_kwargs: Any,
     ) -> RESPONSE_TYPE:
+        """The answer to ``query`` in one LLM call, ``nodes`` in the block (none: no block).
+
+        Raises:
+            InvalidInputError: The prompt does not fit the LLM's ``context_window`` minus
+                ``num_output`` even with every memory cut to its date.
+        """
         if nodes:
             return super().synthesize(query, nodes, additional_source_nodes,
                                       memory_texts=_memory_texts(nodes),
@@ -110,6 +122,12 @@ class MemoryResponseSynthesizer(BaseSynthesizer):
         additional_source_nodes: Optional[Sequence[NodeWithScore]] = None,
         **response_kwargs: Any,
     ) -> RESPONSE_TYPE:
+        """Async :meth:`synthesize`.
+
+        Raises:
+            InvalidInputError: The prompt does not fit the LLM's ``context_window`` minus
+                ``num_output`` even with every memory cut to its date.
+        """
         if nodes:
             return await super().asynthesize(query, nodes, additional_source_nodes,
                                              memory_texts=_memory_texts(nodes),
@@ -125,7 +143,12 @@ class MemoryResponseSynthesizer(BaseSynthesizer):
         **response_kwargs: Any,
     ) -> RESPONSE_TEXT_TYPE:
         """The answer; ``memory_texts`` (passed by :meth:`synthesize`) replace ``text_chunks``,
-        which LlamaIndex renders with a plain node's metadata in them."""
+        which LlamaIndex renders with a plain node's metadata in them.
+
+        Raises:
+            InvalidInputError: The prompt does not fit the LLM's ``context_window`` minus
+                ``num_output`` even with every memory cut to its date.
+        """
         memories = text_chunks if memory_texts is None else memory_texts
         prompt, context_str = self._prompt(query_str, memories, response_kwargs)
         if self._streaming:
@@ -139,7 +162,12 @@ class MemoryResponseSynthesizer(BaseSynthesizer):
         memory_texts: Optional[Sequence[str]] = None,
         **response_kwargs: Any,
     ) -> RESPONSE_TEXT_TYPE:
-        """Async :meth:`get_response`."""
+        """Async :meth:`get_response`.
+
+        Raises:
+            InvalidInputError: The prompt does not fit the LLM's ``context_window`` minus
+                ``num_output`` even with every memory cut to its date.
+        """
         memories = text_chunks if memory_texts is None else memory_texts
         prompt, context_str = self._prompt(query_str, memories, response_kwargs)
         if self._streaming:
@@ -159,7 +187,8 @@ class MemoryResponseSynthesizer(BaseSynthesizer):
     def _fit(
         self, prompt: BasePromptTemplate, memories: List[str], response_kwargs: Dict[str, Any]
     ) -> str:
-        """All memories for ``context_str``; if too long, cut to the longest common length that fits."""
+        """All memories for ``context_str``; if too long, cut to the longest common length
+        that fits."""
         window, num_output = self._prompt_helper.context_window, self._prompt_helper.num_output
         budget = window - num_output
 
@@ -218,6 +247,11 @@ class RecencyChatEngine(ContextChatEngine):
     """
 
     def __init__(self, *args: Any, today: TodayLike = None, **kwargs: Any) -> None:
+        """The stock engine's arguments, plus ``today`` (the prompt's date).
+
+        Raises:
+            InvalidInputError: ``today`` is not a date, a datetime or an ISO date string.
+        """
         super().__init__(*args, **kwargs)
         self._today = _memory_day(today)
 
@@ -225,6 +259,12 @@ class RecencyChatEngine(ContextChatEngine):
     def from_defaults(  # type: ignore[override]  # adds today=
         cls, retriever: Any, today: TodayLike = None, **kwargs: Any
     ) -> "RecencyChatEngine":
+        """The stock ``from_defaults`` with the B-format ``context_template`` (unless one is
+        given) and ``today`` (the prompt's date; default: the current date at each message).
+
+        Raises:
+            InvalidInputError: ``today`` is not a date, a datetime or an ISO date string.
+        """
         day = _memory_day(today)
         kwargs["context_template"] = (
             kwargs.get("context_template") or RETRIEVED_MEMORY_CONTEXT_TEMPLATE

@@ -1,4 +1,4 @@
-"""A LlamaIndex ``Memory`` block: dated facts recalled by cosine + recency, written during the session.
+"""A LlamaIndex ``Memory`` block: dated facts recalled by cosine + recency, written in session.
 
 ``Memory.from_defaults(memory_blocks=[RecencyMemoryBlock(index=...)])`` gives an agent
 (``FunctionAgent``, ``AgentWorkflow``, ``ReActAgent``) a long-term memory that prefers what
@@ -312,7 +312,8 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
                             user_id=self.user_id, user_name=self.user_name)
 
     def _submit(self, conversation: Conversation, *, wait: bool = False) -> None:
-        """Keep ``conversation`` in the outbox, then queue it for the worker (``wait``: for room)."""
+        """Keep ``conversation`` in the outbox, then queue it for the worker (``wait``: for
+        room)."""
         self._outbox.add(conversation)
         with self._lock:
             if wait:
@@ -323,7 +324,8 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
             self._lock.notify_all()
 
     def _start_worker(self) -> None:
-        """Start the writer thread unless it runs (one at a time; it leaves when idle). Hold ``_lock``."""
+        """Start the writer thread unless it runs (one at a time; it leaves when idle).
+        Hold ``_lock``."""
         if self._worker is None or not self._worker.is_alive():
             self._worker = threading.Thread(target=self._work, name=f"{self.name}-writer",
                                             daemon=True)

@@ -72,7 +72,14 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
     ) -> RecencyRanking:
         """Score every candidate and say which are kept and why (raw, age, bonus, final),
         with the bonus the question's intent calls for and newer versions placed first (none
-        kept for a question about the news)."""
+        kept for a question about the news).
+
+        Raises:
+            InvalidInputError: With ``relevance='cohort'``, no ``query_bundle`` to scale by;
+                or a candidate without a finite similarity score.
+            MemoryDateError: A candidate without a usable date, with
+                ``on_missing_date='raise'``.
+        """
         policy = self if query_bundle is None else self.for_question(query_bundle.query_str)
         if self.relevance == "cohort":
             nodes = self._cohort_scaled(nodes, query_bundle)

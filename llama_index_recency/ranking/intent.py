@@ -100,7 +100,12 @@ its past form also marks recall of a present fact (「何だったっけ？」).
 
 @lru_cache(maxsize=16)
 def compiled_patterns(patterns: tuple[str, ...]) -> re.Pattern[str]:
-    """One case-insensitive expression matching any of ``patterns`` (none: nothing)."""
+    """One case-insensitive expression matching any of ``patterns`` (none: nothing).
+
+    Raises:
+        re.error: One of ``patterns`` is not a valid regular expression (say, one added to
+            :data:`PRESENT_PATTERNS`).
+    """
     return re.compile("|".join(patterns) or "(?!)", re.IGNORECASE)
 
 

@@ -173,6 +173,10 @@ def exact_recency_search(
     The ranking's rows are the seen memories with raw cosine >= threshold - weight (the
     only ones that can pass), ranked by :meth:`RecencyPolicy.rank` itself; its nodes are
     exactly what the policy would keep over the whole store.
+
+    Raises:
+        MemoryDateError: With ``on_missing_date='raise'``, a memory without a usable date
+            could pass; raised by the first step, when the plan is run.
     """
     floor = candidate_floor(policy)
     if policy.on_missing_date == "raise":
@@ -182,7 +186,7 @@ def exact_recency_search(
         policy.rank(window_undated, reference)  # raises MemoryDateError naming it
     tier_ages = [policy.tau_days * math.log(1 / share) for share in TIER_BONUS_FRACTIONS]
     seen: dict[str, NodeWithScore] = {}
-    passing: list[float] = []  # final scores >= threshold among the seen (the proof needs only these)
+    passing: list[float] = []  # finals >= threshold among the seen (the proof needs only these)
     limit = first_limit
     while True:
         # kth[j]: the limit-th raw score of set j (0 = every memory, j = tier j), or -inf

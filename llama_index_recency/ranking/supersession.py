@@ -141,9 +141,10 @@ def _between_statements(nearest: dict[str, str],
 def _with_links(nearest: dict[str, str], window: Sequence[NodeWithScore],
                 successors: Sequence[NodeWithScore]) -> dict[str, str]:
     """Written links win: a memory that a candidate or a successor ``supersedes`` (or that
-    names a candidate in a legacy ``superseded_by``) takes that one as its version, whatever
-    the vectors say, and a memory naming what it supersedes is no other's version by them;
-    nor is one user's memory ever another user's version (as a written link may not be)."""
+    names a candidate in ``superseded_by``, the back link older stores carry) takes that one
+    as its version, whatever the vectors say, and a memory naming what it supersedes is no
+    other's version by them; nor is one user's memory ever another user's version (as a
+    written link may not be)."""
     ids = {candidate.node.node_id for candidate in window}
     linked: dict[str, str] = {}
     writers: set[str] = set()
@@ -151,7 +152,7 @@ def _with_links(nearest: dict[str, str], window: Sequence[NodeWithScore],
         for older in candidate.node.metadata.get(SUPERSEDES_KEY) or []:
             linked.setdefault(str(older), candidate.node.node_id)
             writers.add(candidate.node.node_id)
-    superseded: set[str] = set()  # legacy back links, to a successor here or not
+    superseded: set[str] = set()  # older stores' back links, to a successor here or not
     for candidate in window:
         for newer in candidate.node.metadata.get(SUPERSEDED_BY_KEY) or []:
             superseded.add(candidate.node.node_id)

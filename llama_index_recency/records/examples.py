@@ -49,7 +49,12 @@ def _file(stem: str, lang: str) -> str:
 
 
 def example_memories(user_name: Optional[str] = None, lang: str = "en") -> list[TextNode]:
-    """The 16 memories in ``lang`` as nodes; metadata ``key`` names each (e.g. ``cafe_au_lait``)."""
+    """The 16 memories in ``lang`` as nodes; metadata ``key`` names each (e.g. ``cafe_au_lait``).
+
+    Raises:
+        InvalidInputError: ``lang`` is not one of :data:`EXAMPLE_LANGUAGES`, or
+            ``user_name`` is blank or holds a control character.
+    """
     data = _load(_file("memories", lang))
     name = user_name or data["user_name"]
     return [
@@ -60,7 +65,11 @@ def example_memories(user_name: Optional[str] = None, lang: str = "en") -> list[
 
 
 def example_questions(lang: str = "en") -> list[ExampleQuestion]:
-    """H1-H4 (hit), C1-C2 (contradiction) and N1-N4 (hit-free) in ``lang``, in that order."""
+    """H1-H4 (hit), C1-C2 (contradiction) and N1-N4 (hit-free) in ``lang``, in that order.
+
+    Raises:
+        InvalidInputError: ``lang`` is not one of :data:`EXAMPLE_LANGUAGES`.
+    """
     return [
         ExampleQuestion(q["id"], q["kind"], q["text"], tuple(q["targets"]))
         for q in _load(_file("questions", lang))["questions"]

@@ -181,7 +181,7 @@ def memory_node(
     line of printable text); ``supersedes`` names the ids (UUID strings, stored as
     :func:`canonical_id` spells them) of earlier memories this one updates: any insert path
     links them, since successors are found by searching ``supersedes`` (see
-    :mod:`llama_index_recency.storage.history`).
+    :mod:`llama_index_recency.records.links`).
 
     A memory dated more than one day after today (``reference_date``, default the
     machine's date; a datetime counts by its calendar day) is refused with

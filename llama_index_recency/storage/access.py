@@ -1,5 +1,6 @@
-"""Reaching a memory store: where it lives (a path's Edge shards or a 0.1.0 local-mode
-directory, a server), the Edge shard or qdrant-client clients for it, and an index's vector store."""
+"""Reaching a memory store: where it lives (a path's Edge shards or a qdrant-client
+local-mode directory, written by 0.1.0; a server), the Edge shard or qdrant-client clients
+for it, and an index's vector store."""
 
 from __future__ import annotations
 
@@ -48,7 +49,12 @@ MemoryVectorStore = Union[QdrantEdgeVectorStore, QdrantVectorStore]
 
 
 def vector_store_of(memories: MemoryStore) -> MemoryVectorStore:
-    """The vector store of an index, or the store itself; one of another kind is refused."""
+    """The vector store of an index, or the store itself; one of another kind is refused.
+
+    Raises:
+        UnsupportedStoreError: The store is neither a ``QdrantEdgeVectorStore`` nor a
+            ``QdrantVectorStore``.
+    """
     store = memories.vector_store if isinstance(memories, VectorStoreIndex) else memories
     if not isinstance(store, (QdrantEdgeVectorStore, QdrantVectorStore)):
         raise UnsupportedStoreError(
@@ -59,19 +65,29 @@ def vector_store_of(memories: MemoryStore) -> MemoryVectorStore:
 
 
 def is_local_mode_store(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` holds a store written by 0.1.0 (qdrant-client's local mode)."""
+    """Whether ``path`` holds a qdrant-client local-mode store (written by 0.1.0)."""
     return (Path(path) / LOCAL_MODE_MARKER).is_file()
 
 
 def edge_shard_path(path: str | os.PathLike[str], collection_name: str = DEFAULT_COLLECTION) -> Path:
-    """Where the Edge shard of ``collection_name`` lives in the store at ``path``."""
+    """Where the Edge shard of ``collection_name`` lives in the store at ``path``.
+
+    Raises:
+        InvalidInputError: ``collection_name`` is not a plain name
+            (:func:`check_collection_name`).
+    """
     return Path(path) / EDGE_DIRECTORY / check_collection_name(collection_name)
 
 
 def check_collection_name(name: str) -> str:
     """``name`` if it is a plain collection name: not empty, not ``.`` or ``..``, without a
     path separator or NUL (it names a directory under the store, and a server collection).
-    Otherwise ``ValueError`` naming it."""
+    Otherwise ``ValueError`` naming it.
+
+    Raises:
+        InvalidInputError: ``name`` is empty, ``.`` or ``..``, or holds a path separator or
+            NUL.
+    """
     if name in ("", ".", "..") or any(bad in name for bad in ("/", "\\", "\0")):
         raise InvalidInputError(
             f"collection name {name!r} is not a plain name: give a non-empty name "
@@ -82,7 +98,19 @@ def check_collection_name(name: str) -> str:
 def open_edge(
     root: Path, collection_name: str, dimensions: Optional[int] = None
 ) -> QdrantEdgeVectorStore:
-    """The collection's Edge shard in the store at ``root``; a held one names the store."""
+    """The collection's Edge shard in the store at ``root``; a held one names the store.
+
+    Raises:
+        MemoryStoreLockedError: The shard is open in another process or handle.
+        PermissionDeniedError: Edge is refused the shard's files (a refusal met outside
+            Edge passes as a plain ``PermissionError``).
+        InvalidInputError: ``collection_name`` is not a plain name, the shard holds vectors
+            of other than ``dimensions``, or its directory holds something else.
+        MemoryStoreDamagedError: The shard cannot be loaded (a file missing or truncated).
+        MemoryStoreReadOnlyError: The store is on a read-only filesystem and no read-only
+            copy can be made.
+        MemoryStoreFullError: The disk is too full to open or create the shard.
+    """
     try:
         return QdrantEdgeVectorStore(edge_shard_path(root, collection_name), dimensions=dimensions)
     except MemoryStoreLockedError:
@@ -110,9 +138,18 @@ def qdrant_clients(
     api_key: Optional[str] = None,
     use_async: bool = False,
 ) -> tuple[Optional[QdrantClient], Optional[AsyncQdrantClient]]:
-    """Sync and/or async qdrant-client clients for a server ``url``, a local-mode ``path`` or memory.
+    """Sync and/or async qdrant-client clients for a server ``url``, a local-mode ``path``
+    or memory.
 
     A local path already held by another client raises :class:`MemoryStoreLockedError`.
+
+    Returns:
+        ``(client, aclient)``: both for a server; for a path or memory only the sync one,
+        or with ``use_async`` only the async one (the other is None).
+
+    Raises:
+        InvalidInputError: Both ``url`` and ``path`` given.
+        MemoryStoreLockedError: ``path`` is already open in another client or process.
     """
     if url is not None:
         if path is not None:
@@ -134,7 +171,12 @@ def qdrant_clients(
 @contextmanager
 def reaching(url: Optional[str]) -> Iterator[None]:
     """Calls to the server at ``url``: one that does not answer raises
-    :class:`MemoryStoreUnreachableError` naming it (qdrant-client wraps the network error)."""
+    :class:`MemoryStoreUnreachableError` naming it (qdrant-client wraps the network error).
+
+    Raises:
+        MemoryStoreUnreachableError: A call in the block failed to reach ``url`` (no
+            answer, no route, a timeout); other errors pass unchanged.
+    """
     try:
         yield
     except ResponseHandlingException as error:

@@ -55,7 +55,7 @@ def engine_query(
         query = VectorStoreQuery(query_embedding=vector, similarity_top_k=search.limit)
         kwargs: dict[str, Any] = {"qdrant_filters": qdrant_selection(ids, filters)}
         if not is_local(store.client or store._aclient):
-            kwargs["search_params"] = models.SearchParams(exact=True)  # a server's HNSW is approximate
+            kwargs["search_params"] = models.SearchParams(exact=True)  # server HNSW is approximate
         return query, kwargs
     query = VectorStoreQuery(
         query_embedding=vector, similarity_top_k=search.limit, filters=filters, node_ids=ids
@@ -74,7 +74,11 @@ def payload_indexes(date_key: str) -> list[tuple[str, Any]]:
 
 
 def sync_client(store: QdrantVectorStore) -> Any:
-    """The store's sync Qdrant client, refused for a store that has only an async one."""
+    """The store's sync Qdrant client, refused for a store that has only an async one.
+
+    Raises:
+        InvalidInputError: The store has only an async client (use the async calls).
+    """
     if store.client is None:
         raise InvalidInputError(
             "this vector store has only an async Qdrant client; use aretrieve / aexplain"

@@ -110,12 +110,22 @@ _EDGE = _Vocabulary(
 
 def to_qdrant_filter(filters: MetadataFilters) -> models.Filter:
     """``filters`` as a qdrant-client ``Filter`` (pass it as ``qdrant_filters=`` to
-    ``QdrantVectorStore.query``, which itself translates ranges only for numbers)."""
+    ``QdrantVectorStore.query``, which itself translates ranges only for numbers).
+
+    Raises:
+        InvalidInputError: A filter it cannot translate: an unsupported operator or
+            condition, or a value of the wrong kind for its operator (a range bound that is
+            neither a number nor an ISO date, a list where one value is needed, no values).
+    """
     return _translate(filters, _QDRANT)
 
 
 def to_edge_filter(filters: MetadataFilters) -> qdrant_edge.Filter:
-    """``filters`` as a Qdrant Edge ``Filter``, meaning what :func:`to_qdrant_filter` means."""
+    """``filters`` as a Qdrant Edge ``Filter``, meaning what :func:`to_qdrant_filter` means.
+
+    Raises:
+        InvalidInputError: A filter it cannot translate (see :func:`to_qdrant_filter`).
+    """
     return _translate(filters, _EDGE)
 
 
@@ -126,7 +136,11 @@ def memory_scope(
     filters: Optional[MetadataFilters] = None,
     date_key: str = "date",
 ) -> Optional[MetadataFilters]:
-    """``filters`` AND ``user_id == user_id`` AND ``date < before``, or None for no condition."""
+    """``filters`` AND ``user_id == user_id`` AND ``date < before``, or None for no condition.
+
+    Raises:
+        InvalidInputError: ``before`` is not a readable date.
+    """
     conditions: list[MetadataFilter | MetadataFilters] = []
     if filters is not None and has_condition(filters):
         conditions.append(filters)

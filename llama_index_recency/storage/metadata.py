@@ -109,12 +109,17 @@ def has_saved_policy(index: MemoryStore | Mapping[str, Any]) -> bool:
 def index_policy(index: MemoryStore | Mapping[str, Any], **overrides: Any) -> RecencyPolicy:
     """The policy to rank this store with: the one calibrated and saved with it
     (:func:`save_policy`, origin "explicit"), else the shipped one for its embedding model
-    (``models.CALIBRATED_POLICIES``; else :class:`RecencyPolicy`'s defaults) with the store's own gate fit in the
-    same units (:func:`save_gate_fit`, origin "fitted on N memories on DATE") or as shipped.
+    (``models.CALIBRATED_POLICIES``; else :class:`RecencyPolicy`'s defaults) with the
+    store's own gate fit in the same units (:func:`save_gate_fit`, origin "fitted on N
+    memories on DATE") or as shipped.
 
     ``overrides`` (e.g. ``reference_date=...``) are applied on top; a ``threshold`` among
     them is the one for every language (origin "explicit"). ``index`` may also be the
     store's :func:`collection_metadata` already read.
+
+    Raises:
+        InvalidSettingError: An override (or a value saved with the store) that
+            :class:`RecencyPolicy` refuses.
     """
     metadata = _metadata_of(index)
     model = (metadata.get(EMBEDDING_METADATA_KEY) or {}).get("model")

@@ -1,4 +1,5 @@
-"""Moving a 0.1.0 store (qdrant-client local mode) into Qdrant Edge, without re-embedding."""
+"""Moving a qdrant-client local-mode store (written by 0.1.0) into Qdrant Edge, without
+re-embedding."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def migrate_store(
     collection_name: str = DEFAULT_COLLECTION,
     progress: Optional[Callable[[int], None]] = None,
 ) -> Migration:
-    """Copy a 0.1.0 store (qdrant-client local mode) into a Qdrant Edge store at ``target``.
+    """Copy a qdrant-client local-mode store (written by 0.1.0) into a Qdrant Edge store at
+    ``target``.
 
     Every memory keeps its id, vector and payload, and the collection its embedding
     identity; no embedding model is needed. ``source`` is only read. The identity is
@@ -52,6 +54,16 @@ def migrate_store(
     another model; rerunning finishes it (same ids overwrite themselves). The counts are
     verified; a shortfall is an error. ``progress`` is called with the number of
     memories copied per batch.
+
+    Raises:
+        MemoryStoreNotFoundError: ``source`` is not a local-mode store, or has no collection
+            ``collection_name``.
+        InvalidInputError: ``collection_name`` is not a plain name, ``target`` is itself a
+            local-mode store, or the shard directory under ``target`` holds something else.
+        MemoryStoreLockedError: ``source`` or ``target`` is open in another process.
+        EmbeddingMismatchError: ``target`` records another embedding model than ``source``.
+        MigrationIncompleteError: Fewer memories were copied than ``source`` holds (it is
+            untouched; rerunning completes the copy).
     """
     check_collection_name(collection_name)
     if not is_local_mode_store(source):

@@ -30,7 +30,8 @@ from llama_index_recency.storage.store import EDGE_DIRECTORY, MemoryStore, vecto
 logger = logging.getLogger(__name__)
 
 OUTBOX_DIRECTORY = "outbox"
-"""Where a local Edge store (``DIR/edge/<collection>``) keeps its outbox: ``DIR/outbox/<collection>.jsonl``."""
+"""Where a local Edge store (``DIR/edge/<collection>``) keeps its outbox:
+``DIR/outbox/<collection>.jsonl``."""
 
 
 def outbox_path(index: MemoryStore) -> Optional[Path]:
@@ -79,7 +80,16 @@ class Conversation:
     @classmethod
     def from_json(cls, line: str) -> "Conversation":
         """Read a line written by :meth:`to_json`; raises ValueError (or KeyError, TypeError)
-        for anything else."""
+        for anything else.
+
+        Raises:
+            InvalidInputError: No turns, a turn that is not a user or assistant turn with
+                text, or memories that are not strings.
+            ValueError: Not JSON, or a ``day`` that is not an ISO date.
+            KeyError: A field missing (``turns``, a turn's ``role`` or ``text``, ``day``,
+                ``user_id``, ``user_name``, ``id``).
+            TypeError: A field of the wrong shape (say, ``turns`` not a list of objects).
+        """
         data: dict[str, Any] = json.loads(line)
         turns = tuple(Turn(role=turn["role"], text=turn["text"]) for turn in data["turns"])
         if not turns or any(turn.role not in ("user", "assistant") or not isinstance(turn.text, str)
@@ -108,7 +118,13 @@ class Outbox:
 
     @classmethod
     def at(cls, path: Optional[Path]) -> "Outbox":
-        """The process's outbox at ``path`` (opened on first use); None: a new in-memory one."""
+        """The process's outbox at ``path`` (opened on first use); None: a new in-memory one.
+
+        Raises:
+            OSError: The file at ``path`` cannot be read, or (holding an unreadable line)
+                rewritten; a failed save later is only logged.
+            UnicodeDecodeError: The file is not UTF-8 text.
+        """
         if path is None:
             return cls(None)
         key = Path(path).resolve()
@@ -132,7 +148,8 @@ class Outbox:
             return sum(1 for entry in self._entries.values() if entry.user_id == user_id)
 
     def drop_user(self, user_id: str) -> int:
-        """Drop ``user_id``'s conversations (forgotten users are not written back); returns how many."""
+        """Drop ``user_id``'s conversations (forgotten users are not written back); returns
+        how many."""
         with self._lock:
             dropped = [key for key, entry in self._entries.items() if entry.user_id == user_id]
             for key in dropped:
@@ -221,7 +238,8 @@ class Outbox:
             os.fsync(file.fileno())
 
     def _rewrite(self) -> None:
-        """Replace the file with the current entries (temp file, fsync, os.replace); none: delete it."""
+        """Replace the file with the current entries (temp file, fsync, os.replace); none:
+        delete it."""
         assert self.path is not None
         if not self._entries:
             self.path.unlink(missing_ok=True)

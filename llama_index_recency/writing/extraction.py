@@ -109,7 +109,13 @@ def ask(llm: LLM, messages: list[ChatMessage]) -> ExtractedMemories:
     :data:`EXTRACTION_TOOL` when the LLM calls functions, else from its text.
 
     :class:`RetryableWriteError` when the call fails, :class:`FinalWriteError` when the
-    answer is not an :class:`ExtractedMemories`."""
+    answer is not an :class:`ExtractedMemories`.
+
+    Raises:
+        RetryableWriteError: The LLM call failed (the failure is the ``__cause__``).
+        FinalWriteError: The answer is not a JSON object, has no ``memories`` field, or
+            does not fit the schema.
+    """
     try:
         if _calls_tools(llm):
             response = llm.chat_with_tools([_TOOL], chat_history=messages, tool_required=True)
@@ -121,7 +127,13 @@ def ask(llm: LLM, messages: list[ChatMessage]) -> ExtractedMemories:
 
 
 async def aask(llm: LLM, messages: list[ChatMessage]) -> ExtractedMemories:
-    """Async :func:`ask`."""
+    """Async :func:`ask`.
+
+    Raises:
+        RetryableWriteError: The LLM call failed (the failure is the ``__cause__``).
+        FinalWriteError: The answer is not a JSON object, has no ``memories`` field, or
+            does not fit the schema.
+    """
     try:
         if _calls_tools(llm):
             response = await llm.achat_with_tools([_TOOL], chat_history=messages,

@@ -51,7 +51,14 @@ class MemoryFile:
         metadata under a stored id would change it; links are united). With ``replace``,
         a line's user and metadata values are taken for a stored id (keys it leaves out
         stay; the text and date never change: the id is made from them). A problem raises
-        :class:`MemoryFileError` naming the line."""
+        :class:`MemoryFileError` naming the line.
+
+        Raises:
+            MemoryFileError: A line whose vector is of another embedding model than the
+                store records (or the store records none), whose ``supersedes`` names
+                another user's memory or makes a cycle, or that would change a stored
+                memory: its text or date, or (without ``replace``) its user or metadata.
+        """
         identity = embedding_identity(index)
         for line, model in zip(self.lines, self.models, strict=True):
             if model is None or model == identity:
@@ -134,6 +141,13 @@ def read_memory_file(path: str | os.PathLike[str]) -> MemoryFile:
     (same text layout, same metadata, the same keys excluded from embedding and prompt),
     with the line's ``id`` and ``date`` kept exactly; dates after tomorrow are accepted
     (a backup restores what was stored).
+
+    Raises:
+        MemoryFileError: The first line that cannot be imported: not UTF-8, not a JSON
+            object with the fields of a memory, a memory :func:`memory_node` refuses, a
+            memory id already on an earlier line, or a ``supersedes`` that names another
+            user's memory in the file or makes a cycle.
+        OSError: The file cannot be read.
     """
     path = Path(path)
     data = path.read_bytes()

@@ -85,6 +85,10 @@ def parse_transcript(text: str) -> list[Turn]:
 
     Blank lines and lines starting with ``#`` are ignored; any other line is an error
     naming its line number, so a malformed file never half-parses.
+
+    Raises:
+        InvalidInputError: A line that is not blank, a ``#`` comment, or a ``user:`` or
+            ``assistant:`` turn with text.
     """
     turns = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -121,13 +125,16 @@ def extract_memories(
     non-user turn, no explicit subject, more than one line, an instruction to the
     assistant, too long, an update of a memory not shown or of another user's) is left out
     and named, with its turn and the reason, in one warning on this module's logger; the
-    valid ones are returned. Raises
-    :class:`~llama_index_recency.errors.RetryableWriteError` when a call fails, and
-    :class:`~llama_index_recency.errors.FinalWriteError` when an answer is not
-    :class:`ExtractedMemories` or facts were proposed and none is valid. A
-    ``memory_date`` more than one day after today raises
-    :class:`~llama_index_recency.records.nodes.FutureMemoryDateError` before any LLM call, unless
-    ``allow_future=True``.
+    valid ones are returned.
+
+    Raises:
+        RetryableWriteError: An LLM call failed (the failure is the ``__cause__``).
+        FinalWriteError: An answer is not :class:`ExtractedMemories`, or facts were proposed
+            and none is valid.
+        FutureMemoryDateError: ``memory_date`` is more than one day after today (unless
+            ``allow_future=True``); raised before any LLM call.
+        InvalidInputError: ``memory_date`` cannot be read, or ``user_name`` is blank or
+            holds a control character; raised before any LLM call.
     """
     job = _Job.start(turns, memory_date, user_name, user_id, prompt, allow_future)
     related = [_related(index, job, part) for part in job.parts]
@@ -146,7 +153,17 @@ async def aextract_memories(
     prompt: BasePromptTemplate = MEMORY_EXTRACTION_PROMPT,
     allow_future: bool = False,
 ) -> list[TextNode]:
-    """Async :func:`extract_memories`."""
+    """Async :func:`extract_memories`.
+
+    Raises:
+        RetryableWriteError: An LLM call failed (the failure is the ``__cause__``).
+        FinalWriteError: An answer is not :class:`ExtractedMemories`, or facts were proposed
+            and none is valid.
+        FutureMemoryDateError: ``memory_date`` is more than one day after today (unless
+            ``allow_future=True``); raised before any LLM call.
+        InvalidInputError: ``memory_date`` cannot be read, or ``user_name`` is blank or
+            holds a control character; raised before any LLM call.
+    """
     job = _Job.start(turns, memory_date, user_name, user_id, prompt, allow_future)
     related = [await _arelated(index, job, part) for part in job.parts]
     answers = [await aask(llm, job.messages(part, shown))
@@ -169,14 +186,25 @@ def remember(
 
     ``memory_date`` (default: today) is the conversation's day; a datetime counts by
     its own calendar day. A day more than one day after today is refused with
-    :class:`~llama_index_recency.records.nodes.FutureMemoryDateError` (a ``ValueError``) before
+    :class:`~llama_index_recency.errors.FutureMemoryDateError` (a ``ValueError``) before
     any LLM call, unless ``allow_future=True``. ``user_id`` scopes the memories (and the
-    existing ones the LLM is shown) to one user. Ids come from (user,) date and fact, so remembering the same
-    conversation twice stores each memory once. Every part of a long conversation is
-    extracted and validated before anything is stored (through
-    :func:`~llama_index_recency.writing.updates.insert_memories`), so an LLM failure stores nothing; invalid proposed facts are left out (one warning)
-    and the valid ones stored (see :func:`extract_memories`). A fact that updates existing
-    memories is stored with ``supersedes`` naming them (they are kept).
+    existing ones the LLM is shown) to one user. Ids come from (user,) date and fact, so
+    remembering the same conversation twice stores each memory once. Every part of a long
+    conversation is extracted and validated before anything is stored (through
+    :func:`~llama_index_recency.writing.updates.insert_memories`), so an LLM failure
+    stores nothing; invalid proposed facts are left out (one warning) and the valid ones
+    stored (see :func:`extract_memories`). A fact that updates existing memories is stored
+    with ``supersedes`` naming them (they are kept).
+
+    Raises:
+        RetryableWriteError: An LLM call failed; nothing was stored.
+        FinalWriteError: An answer is not :class:`ExtractedMemories`, or facts were proposed
+            and none is valid; nothing was stored.
+        FutureMemoryDateError: ``memory_date`` is more than one day after today (unless
+            ``allow_future=True``); raised before any LLM call.
+        InvalidInputError: ``memory_date`` cannot be read, or ``user_name`` is blank or
+            holds a control character; raised before any LLM call.
+        PartialWriteError: A store batch failed; it says how many memories were stored.
     """
     nodes = extract_memories(turns, llm, memory_date=memory_date, user_name=user_name,
                              user_id=user_id, index=index, prompt=prompt,
@@ -197,7 +225,18 @@ async def aremember(
     prompt: BasePromptTemplate = MEMORY_EXTRACTION_PROMPT,
     allow_future: bool = False,
 ) -> list[TextNode]:
-    """Async :func:`remember`; embedding and storing run in a worker thread."""
+    """Async :func:`remember`; embedding and storing run in a worker thread.
+
+    Raises:
+        RetryableWriteError: An LLM call failed; nothing was stored.
+        FinalWriteError: An answer is not :class:`ExtractedMemories`, or facts were proposed
+            and none is valid; nothing was stored.
+        FutureMemoryDateError: ``memory_date`` is more than one day after today (unless
+            ``allow_future=True``); raised before any LLM call.
+        InvalidInputError: ``memory_date`` cannot be read, or ``user_name`` is blank or
+            holds a control character; raised before any LLM call.
+        PartialWriteError: A store batch failed; it says how many memories were stored.
+    """
     nodes = await aextract_memories(turns, llm, memory_date=memory_date, user_name=user_name,
                                     user_id=user_id, index=index, prompt=prompt,
                                     allow_future=allow_future)
@@ -216,7 +255,19 @@ def remember_transcript(
     user_id: Optional[str] = None,
     allow_future: bool = False,
 ) -> list[TextNode]:
-    """:func:`remember` on a transcript file (format: :func:`parse_transcript`, UTF-8)."""
+    """:func:`remember` on a transcript file (format: :func:`parse_transcript`, UTF-8).
+
+    Raises:
+        OSError: The file cannot be read.
+        UnicodeDecodeError: The file is not UTF-8 text.
+        InvalidInputError: A line :func:`parse_transcript` refuses, an unreadable
+            ``memory_date`` or a bad ``user_name``; raised before any LLM call.
+        FutureMemoryDateError: ``memory_date`` is more than one day after today (unless
+            ``allow_future=True``); raised before any LLM call.
+        RetryableWriteError: An LLM call failed; nothing was stored.
+        FinalWriteError: No valid fact came of an answer; nothing was stored.
+        PartialWriteError: A store batch failed; it says how many memories were stored.
+    """
     turns = parse_transcript(Path(path).read_text(encoding="utf-8"))
     return remember(turns, index, llm, memory_date=memory_date, user_name=user_name,
                     user_id=user_id, allow_future=allow_future)
