@@ -10,14 +10,12 @@ that runs ``X`` in a worker thread (the store's calls block).
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import date, datetime
 from types import TracebackType
-from typing import Any, Concatenate, Optional, ParamSpec, TypeVar
+from typing import Any, Optional, ParamSpec, TypeVar
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -25,6 +23,7 @@ from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, TextNode
 from llama_index.core.vector_stores.types import MetadataFilters
 
+from llama_index_recency.twins import in_thread
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.writing.backup import export_memories, import_memories
 from llama_index_recency.integrations.chat import RecencyChatEngine
@@ -62,20 +61,6 @@ Fact = tuple[str, MemoryDate]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
-
-
-def _in_thread(
-    method: Callable[Concatenate[RecencyMemory, _P], _R],
-) -> Callable[Concatenate[RecencyMemory, _P], Awaitable[_R]]:
-    """The async twin of ``method``: the same parameters, run in a worker thread."""
-
-    @functools.wraps(method)
-    async def twin(self: RecencyMemory, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        return await asyncio.to_thread(method, self, *args, **kwargs)
-
-    twin.__name__ = twin.__qualname__ = f"a{method.__name__}"
-    twin.__doc__ = f"Async :meth:`{method.__name__}`, run in a worker thread.\n\n{method.__doc__}"
-    return twin
 
 
 class RecencyMemory:
@@ -411,17 +396,17 @@ class RecencyMemory:
 
     # --- async twins ------------------------------------------------------------------
 
-    aadd = _in_thread(add)
-    aupdate = _in_thread(update)
-    aforget = _in_thread(forget)
-    aremember = _in_thread(remember)
-    aimport_ = _in_thread(import_)
-    asearch = _in_thread(search)
-    aget = _in_thread(get)
-    aget_all = _in_thread(get_all)
-    ahistory = _in_thread(history)
-    aexport = _in_thread(export)
-    acalibrate = _in_thread(calibrate)
+    aadd = in_thread(add)
+    aupdate = in_thread(update)
+    aforget = in_thread(forget)
+    aremember = in_thread(remember)
+    aimport_ = in_thread(import_)
+    asearch = in_thread(search)
+    aget = in_thread(get)
+    aget_all = in_thread(get_all)
+    ahistory = in_thread(history)
+    aexport = in_thread(export)
+    acalibrate = in_thread(calibrate)
 
     # --- helpers ----------------------------------------------------------------------
 

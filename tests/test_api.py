@@ -4,6 +4,7 @@ module) still importable for a while."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 import sys
 import warnings
@@ -103,3 +104,20 @@ def test_every_0_3_module_path_still_imports_and_says_where_it_went(
     new = f"llama_index_recency.{_moved.MOVED_MODULES[old]}"
     assert f"`from {new} import" in message
     assert module is importlib.import_module(new) and module.__spec__.name == new
+
+
+async def test_an_async_twin_runs_its_blocking_twin_in_a_worker_thread() -> None:
+    import threading
+
+    from llama_index_recency.twins import in_thread
+    from llama_index_recency.writing.updates import aforget, forget
+
+    def where(value: int, *, twice: bool = False) -> tuple[int, str]:
+        """Doc."""
+        return value * (2 if twice else 1), threading.current_thread().name
+
+    value, thread = await in_thread(where)(3, twice=True)
+    assert value == 6 and thread != threading.current_thread().name
+    assert in_thread(where).__name__ == "awhere" and in_thread(where).__doc__.endswith("Doc.")
+    assert aforget.__name__ == "aforget" and ":func:`forget`" in (aforget.__doc__ or "")
+    assert inspect.signature(aforget) == inspect.signature(forget)

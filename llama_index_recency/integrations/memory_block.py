@@ -30,6 +30,7 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.schema import TextNode
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
+from llama_index_recency.twins import in_thread
 from llama_index_recency.errors import FinalWriteError, OneLineValidation
 from llama_index_recency.querying.gate import MIN_FIT_MEMORIES, refit_gate
 from llama_index_recency.storage.outbox import Conversation, Outbox, outbox_path
@@ -175,7 +176,7 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
             return await self._recall(messages)
         # Keeping them in the outbox (an fsync or two) overlaps the retrieval; the LLM runs later.
         _, recalled = await asyncio.gather(
-            asyncio.to_thread(self._keep, messages, block_kwargs.get("session_id")),
+            in_thread(self._keep)(messages, block_kwargs.get("session_id")),
             self._recall(messages))
         return recalled
 
@@ -250,9 +251,9 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
         if said is None:
             return
         if self.background:
-            await asyncio.to_thread(self._hand_over, said, session_id)
+            await in_thread(self._hand_over)(said, session_id)
         else:
-            await asyncio.to_thread(self._write_now, said, session_id)
+            await in_thread(self._write_now)(said, session_id)
 
     def _hand_over(self, conversation: Conversation, session_id: Optional[str]) -> None:
         """Queue flushed turns for the worker (waiting only for a full queue); the session's
@@ -276,7 +277,7 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
         await self.await_writes()
         messages = await memory.aget_all(status=MessageStatus.ACTIVE)
         said = self._take(memory.session_id, _turns(messages))
-        return [] if said is None else await asyncio.to_thread(self._write_now, said,
+        return [] if said is None else await in_thread(self._write_now)(said,
                                                                 memory.session_id)
 
     def wait_for_writes(self) -> int:
@@ -291,8 +292,8 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
             return len(self._failed)
 
     async def await_writes(self) -> int:
-        """Async :meth:`wait_for_writes`."""
-        return await asyncio.to_thread(self.wait_for_writes)
+        """Async :meth:`wait_for_writes`, run in a worker thread."""
+        return await in_thread(self.wait_for_writes)()
 
     def _take(self, session_id: Optional[str], turns: Sequence[Turn], *,
               leaving: bool = False) -> Optional[Conversation]:

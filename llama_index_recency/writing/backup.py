@@ -30,7 +30,6 @@ memories of one instant by id, so the same store always exports the same file.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -42,6 +41,7 @@ from typing import Any, Optional
 from llama_index.core import VectorStoreIndex
 from llama_index.core.schema import BaseNode
 
+from llama_index_recency.twins import in_thread
 from llama_index_recency.errors import InvalidInputError, MemoryFileError
 from llama_index_recency.records.links import linked_ids
 from llama_index_recency.records.nodes import (
@@ -176,16 +176,7 @@ def export_memories(
                                                 with_embeddings=with_embeddings))
 
 
-async def aexport_memories(
-    index: MemoryStore,
-    path: str | os.PathLike[str],
-    *,
-    user_id: Optional[str] = None,
-    with_embeddings: bool = False,
-) -> int:
-    """Async :func:`export_memories`, run in a thread (the store's calls block)."""
-    return await asyncio.to_thread(export_memories, index, path, user_id=user_id,
-                                   with_embeddings=with_embeddings)
+aexport_memories = in_thread(export_memories)
 
 
 def write_memory_file(path: str | os.PathLike[str], lines: Iterable[str]) -> int:
@@ -245,13 +236,4 @@ def import_memories(
     return len(insert_memories(index, nodes, on_progress=on_progress).new)
 
 
-async def aimport_memories(
-    index: VectorStoreIndex,
-    path: str | os.PathLike[str],
-    *,
-    replace: bool = False,
-    on_progress: Optional[Progress] = None,
-) -> int:
-    """Async :func:`import_memories`, run in a thread (embedding and the store block)."""
-    return await asyncio.to_thread(import_memories, index, path, replace=replace,
-                                   on_progress=on_progress)
+aimport_memories = in_thread(import_memories)

@@ -9,7 +9,6 @@ batch fails. Links are only the newer memory's ``supersedes`` (see
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
+from llama_index_recency.twins import in_thread
 from llama_index_recency.errors import InvalidInputError, PartialWriteError
 from llama_index_recency.storage.filters import memory_scope
 from llama_index_recency.records.links import (
@@ -130,14 +130,7 @@ def insert_memories(
         return StoredMemories(new=new, changed=changed, unchanged=tuple(unchanged))
 
 
-async def ainsert_memories(
-    index: VectorStoreIndex,
-    nodes: Sequence[BaseNode],
-    *,
-    on_progress: Optional[Progress] = None,
-) -> StoredMemories:
-    """Async :func:`insert_memories`, run in a thread (embedding and Edge calls block)."""
-    return await asyncio.to_thread(insert_memories, index, nodes, on_progress=on_progress)
+ainsert_memories = in_thread(insert_memories)
 
 
 def _spell_canonically(node: BaseNode) -> None:
@@ -267,18 +260,7 @@ def update_memory(
     return new
 
 
-async def aupdate_memory(
-    index: VectorStoreIndex,
-    node_id: str,
-    text: str,
-    memory_date: date | datetime | str,
-    *,
-    user_id: Optional[str] = None,
-    **node_options: Any,
-) -> TextNode:
-    """Async :func:`update_memory`, run in a thread."""
-    return await asyncio.to_thread(update_memory, index, node_id, text, memory_date,
-                                   user_id=user_id, **node_options)
+aupdate_memory = in_thread(update_memory)
 
 
 def forget(
@@ -334,17 +316,7 @@ def forget(
         return len(doomed)
 
 
-async def aforget(
-    index: MemoryStore,
-    ids: Optional[Sequence[str]] = None,
-    *,
-    user_id: Optional[str] = None,
-    before: Optional[date | datetime | str] = None,
-    filters: Optional[MetadataFilters] = None,
-) -> int:
-    """Async :func:`forget`, run in a thread (the store's calls are blocking)."""
-    return await asyncio.to_thread(forget, index, ids, user_id=user_id, before=before,
-                                   filters=filters)
+aforget = in_thread(forget)
 
 
 def _naming(ids: list[str]) -> MetadataFilters:

@@ -11,7 +11,6 @@ facts are stored; only when no proposed fact is valid does the write fail.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import weakref
@@ -56,7 +55,7 @@ from llama_index_recency.records.text import (
     memory_text,
 )
 from llama_index_recency.records.links import check_link
-from llama_index_recency.writing.updates import insert_memories
+from llama_index_recency.writing.updates import ainsert_memories, insert_memories
 
 logger = logging.getLogger(__name__)
 
@@ -241,7 +240,7 @@ async def aremember(
                                     user_id=user_id, index=index, prompt=prompt,
                                     allow_future=allow_future)
     if nodes:  # embedding and the (sync) Edge write, off the event loop
-        await asyncio.to_thread(insert_memories, index, nodes)
+        await ainsert_memories(index, nodes)
     return nodes
 
 
