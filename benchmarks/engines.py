@@ -163,7 +163,7 @@ def ingest(engine: str, data_file: str, path: str) -> dict[str, float]:
     nodes = _nodes(data["vectors"], data["ages"])
     result: dict[str, float] = {}
     if engine == "edge":
-        from llama_index_recency.storage.edge import QdrantEdgeVectorStore
+        from llama_index_recency.storage import QdrantEdgeVectorStore
 
         store = QdrantEdgeVectorStore(path, dimensions=DIM)
         started = time.perf_counter()
@@ -204,7 +204,7 @@ def query(engine: str, data_file: str, path: str, budget_s: float) -> dict[str, 
     from qdrant_client import QdrantClient
 
     from llama_index_recency import RecencyBonusPostprocessor
-    from llama_index_recency.storage.edge import QdrantEdgeVectorStore
+    from llama_index_recency.storage import QdrantEdgeVectorStore
     from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
 
     queries = np.load(data_file)["queries"]

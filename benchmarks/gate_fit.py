@@ -54,7 +54,7 @@ from llama_index_recency.records.nodes import memory_node
 from llama_index_recency.models.factories import CALIBRATED_POLICIES, COHORT_POLICY, offline_embedding
 from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
 from llama_index_recency.ranking.policy import RecencyPolicy
-from llama_index_recency.storage.store import close_memory_index, open_memory_index
+from llama_index_recency.storage import close_memory_index, open_memory_index
 from llama_index_recency.writing.updates import insert_memories
 from llama_index_recency.ranking.vague import is_vague_reference
 from retrieval_quality import (

@@ -28,7 +28,7 @@ from llama_index_recency.integrations.postprocessor import RecencyBonusPostproce
 from llama_index_recency.recency_memory import RecencyMemory
 from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
 from llama_index_recency.ranking.policy import RecencyPolicy
-from llama_index_recency.storage.store import index_policy, open_memory_index
+from llama_index_recency.storage import index_policy, open_memory_index
 
 __all__ = [
     "index_policy",

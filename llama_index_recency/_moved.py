@@ -2,7 +2,8 @@
 ``DeprecationWarning`` naming the new spelling.
 
 - :data:`MOVED_MODULES`: the 0.3 modules, now in the layer folders (``llama_index_recency.store``
-  is ``llama_index_recency.storage.store``); importing an old path gives the new module.
+  is the storage layer's front, ``llama_index_recency.storage``); importing an old path gives
+  the new module.
 - :data:`MOVED_NAMES`: the names 0.2 exported from the package root, by the module that holds
   them now.
 """
@@ -53,7 +54,7 @@ MOVED_MODULES: dict[str, str] = {
     "retriever": "integrations.retriever",
     "scoring": "ranking.policy",
     "search": "ranking.plan",
-    "store": "storage.store",
+    "store": "storage",
     "store_access": "storage.access",
     "store_metadata": "storage.metadata",
     "supersession": "ranking.supersession",
@@ -91,7 +92,7 @@ MOVED_NAMES: dict[str, tuple[str, ...]] = {
     "models.factories": ("CALIBRATED_POLICIES", "minilm_embedding", "qwen3_embedding"),
     "integrations.prompts": ("RETRIEVED_MEMORY_CONTEXT_TEMPLATE", "RETRIEVED_MEMORY_PROMPT"),
     "ranking.ranked": ("RankedMemory", "RecencyRanking"),
-    "storage.store": (
+    "storage": (
         "aget_memories", "close_memory_index", "count_memories", "get_memories", "get_memory",
         "migrate_store", "Migration", "open_memory_store", "save_policy",
     ),

@@ -18,8 +18,8 @@ from llama_index_recency.writing.backup import (
     import_memories,
 )
 from llama_index_recency.errors import MemoryFileError
-from llama_index_recency.storage.history import memory_history
-from llama_index_recency.storage.store import (
+from llama_index_recency.storage import memory_history
+from llama_index_recency.storage import (
     close_memory_index,
     count_memories,
     get_memories,

@@ -20,8 +20,8 @@ from llama_index_recency import memory_node, open_memory_index
 from llama_index_recency.writing.updates import forget
 from llama_index_recency.writing import updates
 from llama_index_recency.records.nodes import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
-from llama_index_recency.storage.outbox import Conversation, Outbox
-from llama_index_recency.storage.store import get_memories
+from llama_index_recency.storage import Conversation, Outbox
+from llama_index_recency.storage import get_memories
 from llama_index_recency.writing.updates import insert_memories
 from llama_index_recency.writing.writer import Turn
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import KnownCosineEmbedding, error_line
 
 from llama_index_recency import memory_node
-from llama_index_recency.storage.store import get_memories, open_memory_store
+from llama_index_recency.storage import get_memories, open_memory_store
 from llama_index_recency.cli import main
 from llama_index_recency.cli.progress import PhaseProgress
 from llama_index_recency.records.nodes import SUPERSEDES_KEY

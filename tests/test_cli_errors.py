@@ -22,7 +22,7 @@ import pytest
 from conftest import KnownCosineEmbedding, error_line
 
 from llama_index_recency import memory_node, open_memory_index
-from llama_index_recency.storage.store import close_memory_index
+from llama_index_recency.storage import close_memory_index
 from llama_index_recency.cli import main
 
 MEMORY = ("The user drinks coffee black.", "2026-09-01")
@@ -619,7 +619,7 @@ def test_a_full_disk_stops_before_edge_writes_says_what_was_stored_and_a_rerun_c
         tmp_path: Path, monkeypatch, capsys) -> None:
     """Edge writes through mmap'd files, where a disk that cannot back a page is SIGBUS:
     free space is checked before each batch. Here the disk fills after the first 64."""
-    from llama_index_recency.storage.edge import QdrantEdgeVectorStore
+    from llama_index_recency.storage import QdrantEdgeVectorStore
 
     path, store = bulk_file(tmp_path), str(tmp_path / "store")
     cosines = {memory_node(f, d).get_content(): 0.5 for f, d in BULK}

@@ -11,7 +11,7 @@ from qdrant_client import QdrantClient, models
 
 from llama_index_recency import memory_node
 from llama_index_recency.cli import main
-from llama_index_recency.storage.store import EMBEDDING_METADATA_KEY, get_memories, open_memory_store
+from llama_index_recency.storage import EMBEDDING_METADATA_KEY, get_memories, open_memory_store
 
 
 def local_mode_store(path: Path, n: int = 300) -> list[str]:
@@ -110,7 +110,7 @@ def test_forget_a_whole_user_drops_their_conversations_waiting_in_the_outbox(
         tmp_path: Path, capsys) -> None:
     from datetime import date
 
-    from llama_index_recency.storage.outbox import Conversation, Outbox
+    from llama_index_recency.storage import Conversation, Outbox
     from llama_index_recency.writing.writer import Turn
 
     local_mode_store(tmp_path / "old", n=6)

@@ -29,7 +29,7 @@ from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import QdrantClient
 
 from llama_index_recency.errors import MemoryStoreLockedError
-from llama_index_recency.storage.edge import QdrantEdgeVectorStore
+from llama_index_recency.storage import QdrantEdgeVectorStore
 from llama_index_recency.storage.edge_files import METADATA_FILE
 
 REPO = Path(__file__).resolve().parent.parent

@@ -20,11 +20,7 @@ from llama_index_recency.models.embeddings import (
     EmbeddingMismatchError,
     FallbackEmbedding,
 )
-from llama_index_recency.storage.store import (
-    EMBEDDING_METADATA_KEY,
-    close_memory_index,
-    count_memories,
-)
+from llama_index_recency.storage import close_memory_index, count_memories, EMBEDDING_METADATA_KEY
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 TEXT = "2026-09-01: Taro has been drinking sweet café au lait lately."

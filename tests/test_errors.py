@@ -38,7 +38,7 @@ from llama_index_recency.records.nodes import memory_node
 from llama_index_recency.models.factories import openai_like_llm
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency import RecencyBonusPostprocessor, RecencyMemoryBlock
-from llama_index_recency.storage.store import (
+from llama_index_recency.storage import (
     close_memory_index,
     get_memory,
     open_memory_index,

@@ -6,7 +6,7 @@ import pytest
 
 from llama_index_recency import RecencyPolicy, index_policy, memory_node, open_memory_index
 from llama_index_recency.records.examples import example_memories, EXAMPLE_REFERENCE_DATE
-from llama_index_recency.storage.store import embedding_of, save_policy
+from llama_index_recency.storage import embedding_of, save_policy
 from llama_index_recency.models.cohort import cohort_texts, relevance_cohort
 from llama_index_recency.querying.gate import (
     MAX_BRING_UP,

@@ -30,7 +30,7 @@ from llama_index_recency.cli import main
 from llama_index_recency.models.cohort import cohort_texts
 from llama_index_recency.querying.gate import fit_gate, refit_gate
 from llama_index_recency.ranking.language import nearest_language, question_language
-from llama_index_recency.storage.store import gate_record, save_policy
+from llama_index_recency.storage import gate_record, save_policy
 
 TODAY = date.today().isoformat()
 QUESTION = "What do I like to drink?"

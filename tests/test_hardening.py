@@ -26,11 +26,8 @@ from llama_index_recency import (
     openai_like_llm,
 )
 from llama_index_recency.ranking.policy import MemoryDateError
-from llama_index_recency.storage.store import (
-    MemoryStoreLockedError,
-    close_memory_index,
-    count_memories,
-)
+from llama_index_recency.storage import close_memory_index, count_memories
+from llama_index_recency.errors import MemoryStoreLockedError
 from llama_index_recency.writing.writer import MemoryWriteError, parse_transcript, remember
 
 TODAY = "2026-09-10"

@@ -12,8 +12,8 @@ import pytest
 from conftest import KnownCosineEmbedding, error_line
 
 from llama_index_recency import memory_node, open_memory_index
-from llama_index_recency.storage.history import memory_history
-from llama_index_recency.storage.store import close_memory_index, get_memories, open_memory_store
+from llama_index_recency.storage import memory_history
+from llama_index_recency.storage import close_memory_index, get_memories, open_memory_store
 from llama_index_recency.writing.updates import insert_memories
 from llama_index_recency.cli import main
 from llama_index_recency.records.nodes import SUPERSEDES_KEY

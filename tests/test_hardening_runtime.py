@@ -23,8 +23,8 @@ from llama_index_recency import (
 )
 from llama_index_recency.cli import main
 from llama_index_recency.models.embeddings import MAX_QUERY_CHARS, FallbackEmbedding
-from llama_index_recency.storage.outbox import Conversation, Outbox
-from llama_index_recency.storage.store import close_memory_index
+from llama_index_recency.storage import Conversation, Outbox
+from llama_index_recency.storage import close_memory_index
 from llama_index_recency.writing.writer import Turn
 
 pytestmark = pytest.mark.usefixtures("cli_environment")

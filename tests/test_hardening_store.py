@@ -19,14 +19,10 @@ from test_cli_errors import MEMORY, QUESTION, embedding_for, run_in_child
 
 from llama_index_recency import memory_node, open_memory_index
 from llama_index_recency.cli import main
-from llama_index_recency.storage.edge import QdrantEdgeVectorStore
-from llama_index_recency.storage.outbox import outbox_path
-from llama_index_recency.storage.store import (
-    MemoryStoreLockedError,
-    close_memory_index,
-    edge_shard_path,
-    open_memory_store,
-)
+from llama_index_recency.storage import QdrantEdgeVectorStore
+from llama_index_recency.storage import outbox_path
+from llama_index_recency.storage import close_memory_index, edge_shard_path, open_memory_store
+from llama_index_recency.errors import MemoryStoreLockedError
 
 pytestmark = pytest.mark.usefixtures("cli_environment")
 

@@ -18,8 +18,8 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
-from llama_index_recency.storage.history import amemory_history, memory_history
-from llama_index_recency.storage.store import MemoryNotFoundError
+from llama_index_recency.storage import amemory_history, memory_history
+from llama_index_recency.errors import MemoryNotFoundError
 from llama_index_recency.records.nodes import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
 
 POLICY = RecencyPolicy(threshold=0.45, reference_date="2026-09-10")

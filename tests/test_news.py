@@ -14,7 +14,7 @@ from llama_index_recency.records.examples import EXAMPLE_REFERENCE_DATE, example
 from llama_index_recency.ranking.news import NEWS_VERDICT, asks_about_the_news
 from llama_index_recency.querying.gate import offtopic_best
 from llama_index_recency.ranking.policy import RecencyPolicy
-from llama_index_recency.storage.store import index_policy
+from llama_index_recency.storage import index_policy
 
 DEIXIS = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "data"
                      / "deixis_offtopic.json").read_text("utf-8"))

@@ -6,7 +6,7 @@ import logging
 from dataclasses import replace
 from datetime import date
 
-from llama_index_recency.storage.outbox import Conversation, Outbox
+from llama_index_recency.storage import Conversation, Outbox
 from llama_index_recency.writing.writer import Turn
 
 TEA = Conversation(turns=(Turn("user", "I like green tea."), Turn("assistant", "Noted!")),

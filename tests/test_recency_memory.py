@@ -15,7 +15,8 @@ from llama_index_recency.records.nodes import memory_node
 from llama_index_recency.models.factories import openai_like_llm
 from llama_index_recency.recency_memory import RecencyMemory
 from llama_index_recency.ranking.policy import RecencyPolicy
-from llama_index_recency.storage.store import MemoryNotFoundError, index_policy, open_memory_index
+from llama_index_recency.storage import index_policy, open_memory_index
+from llama_index_recency.errors import MemoryNotFoundError
 from llama_index_recency.writing.writer import Turn
 
 TODAY = "2026-09-10"

@@ -27,7 +27,7 @@ from llama_index_recency import (
     open_memory_index,
 )
 from llama_index_recency.ranking.policy import MemoryDateError
-from llama_index_recency.storage.edge import QdrantEdgeVectorStore
+from llama_index_recency.storage import QdrantEdgeVectorStore
 from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
 from tests.conftest import QUERY, KnownCosineEmbedding, cosines_for
 

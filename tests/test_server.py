@@ -18,7 +18,7 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
-from llama_index_recency.storage.store import close_memory_index
+from llama_index_recency.storage import close_memory_index
 from llama_index_recency.writing.updates import forget
 
 from conftest import QUERY, KnownCosineEmbedding, cosines_for

@@ -22,21 +22,20 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
-from llama_index_recency.storage.edge import QdrantEdgeVectorStore
+from llama_index_recency.storage import QdrantEdgeVectorStore
 from llama_index_recency.models.embeddings import EmbeddingMismatchError
-from llama_index_recency.storage.store import (
-    EMBEDDING_METADATA_KEY,
-    MemoryStoreLockedError,
-    MemoryStoreNotFoundError,
+from llama_index_recency.storage import (
     check_memory_store,
     close_memory_index,
     count_memories,
     edge_shard_path,
+    EMBEDDING_METADATA_KEY,
     get_memories,
     index_policy,
     migrate_store,
     save_policy,
 )
+from llama_index_recency.errors import MemoryStoreLockedError, MemoryStoreNotFoundError
 
 from conftest import QUERY, KnownCosineEmbedding, cosines_for
 
@@ -274,7 +273,7 @@ def test_closing_a_local_mode_store_releases_it(tmp_path: Path, use_async: bool)
 
 
 def test_get_memories_of_one_user_newest_first_and_the_async_twins(tmp_path) -> None:
-    from llama_index_recency.storage.store import aget_memories, get_memories
+    from llama_index_recency.storage import aget_memories, get_memories
     from llama_index_recency.writing.updates import aforget
 
     embed = KnownCosineEmbedding({memory_node(f"Fact {i}.", d, user_id=u).get_content(): 0.5

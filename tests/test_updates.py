@@ -15,10 +15,10 @@ from llama_index_recency import (
     open_memory_index,
 )
 from llama_index_recency.errors import PartialWriteError
-from llama_index_recency.storage.history import memory_history
-from llama_index_recency.storage.store import MemoryNotFoundError
+from llama_index_recency.storage import memory_history
+from llama_index_recency.errors import MemoryNotFoundError
 from llama_index_recency.writing.updates import aforget, aupdate_memory, update_memory
-from llama_index_recency.storage.store import (
+from llama_index_recency.storage import (
     count_memories,
     delete_memories,
     get_memories,

@@ -19,8 +19,8 @@ from llama_index_recency import (
     openai_like_llm,
 )
 from llama_index_recency.errors import FutureMemoryDateError
-from llama_index_recency.storage.history import memory_history
-from llama_index_recency.storage.store import count_memories, get_memories
+from llama_index_recency.storage import memory_history
+from llama_index_recency.storage import count_memories, get_memories
 from llama_index_recency.models.embeddings import EmbeddingAPIError, FallbackEmbedding
 from llama_index_recency.writing.writer import (
     EXTRACTION_TOOL,

@@ -17,13 +17,9 @@ from llama_index_recency.writing.backup import (
 )
 from llama_index_recency.cli.rendering import literal, memory_table, summary
 from llama_index_recency.cli.session import CommandError, Location, Session, default_store_path
-from llama_index_recency.storage.history import memory_history
-from llama_index_recency.storage.store import (
-    MemoryNotFoundError,
-    MemoryStore,
-    close_memory_index,
-    count_memories,
-)
+from llama_index_recency.storage import memory_history
+from llama_index_recency.storage import close_memory_index, count_memories, MemoryStore
+from llama_index_recency.errors import MemoryNotFoundError
 
 
 def _whose(user: str | None) -> str:

@@ -36,7 +36,7 @@ from llama_index_recency.querying.gate import calibrate_gate, offtopic_questions
 from llama_index_recency.models.factories import COHORT_POLICY
 from llama_index_recency.fitting.policy_fit import fit_policy, raw_cosine_sd
 from llama_index_recency.ranking.policy import RecencyPolicy
-from llama_index_recency.storage.store import count_memories, index_policy, save_policy
+from llama_index_recency.storage import count_memories, index_policy, save_policy
 
 
 def run_calibrate(args: argparse.Namespace, session: Session) -> int:

@@ -55,16 +55,16 @@ from llama_index_recency.cli.session import (
     reason,
 )
 from llama_index_recency.records.examples import EXAMPLE_REFERENCE_DATE, example_memories, example_questions
-from llama_index_recency.storage.filters import memory_scope
+from llama_index_recency.storage import memory_scope
 from llama_index_recency.records.nodes import FutureMemoryDateError, check_not_future
 from llama_index_recency.models.factories import LLM_BASE_URL_ENV, is_http_url, openai_like_llm
-from llama_index_recency.storage.outbox import Outbox, outbox_path
+from llama_index_recency.storage import Outbox, outbox_path
 from llama_index_recency.integrations.postprocessor import RecencyBonusPostprocessor
 from llama_index_recency.integrations.prompts import RETRIEVED_MEMORY_PROMPT
 from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
 from llama_index_recency.ranking.ranked import RecencyRanking
 from llama_index_recency.ranking.policy import RecencyPolicy
-from llama_index_recency.storage.store import (
+from llama_index_recency.storage import (
     close_memory_index,
     count_memories,
     get_memories,

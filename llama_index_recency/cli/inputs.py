@@ -16,7 +16,7 @@ from llama_index_recency.fitting.calibration import DEFAULT_KEY, RetrievedCandid
 from llama_index_recency.cli.session import CommandError
 from llama_index_recency.records.examples import ExampleQuestion
 from llama_index_recency.records.nodes import FutureMemoryDateError, control_character, memory_node
-from llama_index_recency.storage.store import MemoryStore
+from llama_index_recency.storage import MemoryStore
 from llama_index_recency.writing.writer import Turn, parse_transcript
 
 # --- input files ------------------------------------------------------------------------

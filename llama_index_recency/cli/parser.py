@@ -34,7 +34,7 @@ from llama_index_recency.querying.gate import MAX_BRING_UP
 from llama_index_recency.records.nodes import control_character
 from llama_index_recency.models.factories import LLM_BASE_URL_ENV
 from llama_index_recency.fitting.policy_fit import SPREAD_KS, SPREAD_TAUS
-from llama_index_recency.storage.store import DEFAULT_COLLECTION, check_collection_name
+from llama_index_recency.storage import check_collection_name, DEFAULT_COLLECTION
 
 
 # --- argument parsing -------------------------------------------------------------------

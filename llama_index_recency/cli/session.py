@@ -31,8 +31,17 @@ from llama_index_recency.models.factories import (
     offline_embedding,
     qwen3_embedding,
 )
-from llama_index_recency.storage.store import (
+from llama_index_recency.storage import (
+    check_memory_store,
+    close_memory_index,
     DEFAULT_COLLECTION,
+    get_memories,
+    has_saved_policy,
+    index_policy,
+    open_memory_index,
+    open_memory_store,
+)
+from llama_index_recency.errors import (
     MemoryNotFoundError,
     MemoryStoreDamagedError,
     MemoryStoreFullError,
@@ -40,13 +49,6 @@ from llama_index_recency.storage.store import (
     MemoryStoreNotFoundError,
     MemoryStoreReadOnlyError,
     MemoryStoreUnreachableError,
-    check_memory_store,
-    close_memory_index,
-    get_memories,
-    has_saved_policy,
-    index_policy,
-    open_memory_index,
-    open_memory_store,
 )
 from llama_index_recency.writing.updates import PartialWriteError, error_summary, insert_memories
 from llama_index_recency.writing.writer import MemoryWriteError

@@ -33,7 +33,7 @@ from llama_index.core.storage.chat_store.base_db import MessageStatus
 from llama_index_recency.twins import in_thread
 from llama_index_recency.errors import FinalWriteError, OneLineValidation
 from llama_index_recency.querying.gate import MIN_FIT_MEMORIES, refit_gate
-from llama_index_recency.storage.outbox import Conversation, Outbox, outbox_path
+from llama_index_recency.storage import Conversation, Outbox, outbox_path
 from llama_index_recency.integrations.prompts import (
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
     memory_context,
@@ -41,7 +41,7 @@ from llama_index_recency.integrations.prompts import (
 from llama_index_recency.records.text import memory_text
 from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
 from llama_index_recency.ranking.policy import RecencyPolicy
-from llama_index_recency.storage.store import index_policy
+from llama_index_recency.storage import index_policy
 from llama_index_recency.ranking.vague import is_vague_ranking
 from llama_index_recency.writing.updates import insert_memories
 from llama_index_recency.writing.writer import Turn, extract_memories

@@ -29,15 +29,12 @@ from llama_index.core.vector_stores.types import (
 
 from llama_index_recency.twins import in_thread
 from llama_index_recency.errors import InvalidInputError
-from llama_index_recency.storage.edge import QdrantEdgeVectorStore
-from llama_index_recency.storage.engine import (
-    has_async_client,
-    is_local,
-)
+from llama_index_recency.storage import QdrantEdgeVectorStore
+from llama_index_recency.storage import has_async_client, is_local
 from llama_index_recency.querying.exact import ExactSearch
 from llama_index_recency.querying.gate import Refit, due_by_size, refit_store_gate
 from llama_index_recency.ranking.events import dispatch_ranking
-from llama_index_recency.storage.filters import memory_scope
+from llama_index_recency.storage import memory_scope
 from llama_index_recency.records.nodes import SeveralUsersWarning
 from llama_index_recency.fitting.gate_fit import (
     MIN_FIT_MEMORIES,
@@ -46,12 +43,12 @@ from llama_index_recency.fitting.gate_fit import (
 )
 from llama_index_recency.ranking.ranked import RecencyRanking
 from llama_index_recency.ranking.policy import RecencyPolicy
-from llama_index_recency.storage.store import (
-    embedding_of,
-    MemoryVectorStore,
+from llama_index_recency.storage import (
     collection_metadata,
     count_memories,
+    embedding_of,
     index_policy,
+    MemoryVectorStore,
     policy_records,
 )
 from llama_index_recency.ranking.vague import VAGUE_WINDOW_DAYS

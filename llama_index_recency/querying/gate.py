@@ -44,9 +44,8 @@ from llama_index_recency.ranking.intent import question_intent
 from llama_index_recency.ranking.news import asks_about_the_news
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.vague import VAGUE_WINDOW_DAYS
-from llama_index_recency.storage.filters import memory_scope
-from llama_index_recency.storage.store import (
-    MemoryVectorStore,
+from llama_index_recency.storage import memory_scope
+from llama_index_recency.storage import (
     collection_metadata,
     count_memories,
     embedding_identity,
@@ -55,6 +54,7 @@ from llama_index_recency.storage.store import (
     gate_refusal,
     has_saved_policy,
     index_policy,
+    MemoryVectorStore,
     save_gate_fit,
     save_gate_refusal,
     vector_store_of,

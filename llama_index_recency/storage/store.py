@@ -42,20 +42,13 @@ from llama_index_recency.models.embeddings import EmbeddingMismatchError
 from llama_index_recency.errors import (
     InvalidInputError,
     MemoryNotFoundError,
-    MemoryStoreDamagedError,
-    MemoryStoreFullError,
-    MemoryStoreLockedError,
     MemoryStoreNotFoundError,
     MemoryStorePathError,
-    MemoryStoreReadOnlyError,
-    MemoryStoreUnreachableError,
 )
 from llama_index_recency.storage.filters import has_condition, memory_scope, to_qdrant_filter
-from llama_index_recency.storage.migration import Migration, migrate_store
 from llama_index_recency.records.nodes import is_memory_id
 from llama_index_recency.storage.access import (
     DEFAULT_COLLECTION,
-    EDGE_DIRECTORY,
     MemoryStore,
     MemoryVectorStore,
     check_collection_name,
@@ -70,20 +63,7 @@ from llama_index_recency.storage.access import (
 )
 from llama_index_recency.storage.metadata import (
     EMBEDDING_METADATA_KEY,
-    GATE_METADATA_KEY,
-    GATE_REFUSED_METADATA_KEY,
-    POLICY_METADATA_KEY,
-    collection_metadata,
-    embedding_identity,
     embedding_mismatch,
-    gate_record,
-    gate_refusal,
-    has_saved_policy,
-    index_policy,
-    policy_records,
-    save_gate_fit,
-    save_gate_refusal,
-    save_policy,
 )
 
 logger = logging.getLogger(__name__)
@@ -92,46 +72,18 @@ _DIMENSION_PROBE = "dimension probe"
 _SCROLL_BATCH = 256  # points one scroll call reads
 
 __all__ = [
-    "DEFAULT_COLLECTION",
-    "EMBEDDING_METADATA_KEY",
-    "GATE_METADATA_KEY",
-    "POLICY_METADATA_KEY",
-    "MemoryStoreDamagedError",
-    "MemoryStoreFullError",
-    "MemoryStoreLockedError",
-    "MemoryStoreReadOnlyError",
-    "MemoryStoreNotFoundError",
-    "MemoryStoreUnreachableError",
-    "Migration",
-    "check_collection_name",
+    "aget_memories",
     "check_memory_store",
     "close_memory_index",
     "count_memories",
     "delete_memories",
     "embedding_of",
-    "aget_memories",
     "get_memories",
-    "has_saved_policy",
-    "index_policy",
-    "migrate_store",
+    "get_memory",
     "open_memory_index",
     "open_memory_store",
-    "save_gate_fit",
-    "save_policy",
-    # the storage modules' names the package reads through this one
-    "EDGE_DIRECTORY",
-    "GATE_REFUSED_METADATA_KEY",
-    "MemoryStore",
-    "MemoryVectorStore",
-    "collection_metadata",
-    "edge_shard_path",
-    "embedding_identity",
-    "gate_record",
-    "gate_refusal",
-    "is_local_mode_store",
-    "policy_records",
-    "save_gate_refusal",
-    "vector_store_of",
+    "qdrant_selection",
+    "select_nodes",
 ]
 
 

@@ -58,11 +58,7 @@ from llama_index_recency.writing.memory_file import (
     link_problem,
     read_memory_file,
 )
-from llama_index_recency.storage.store import (
-    MemoryStore,
-    embedding_identity,
-    get_memories,
-)
+from llama_index_recency.storage import embedding_identity, get_memories, MemoryStore
 from llama_index_recency.writing.updates import Progress, insert_memories
 
 __all__ = [

@@ -26,7 +26,7 @@ from llama_index.core.vector_stores.types import (
 
 from llama_index_recency.twins import in_thread
 from llama_index_recency.errors import InvalidInputError, PartialWriteError
-from llama_index_recency.storage.filters import memory_scope
+from llama_index_recency.storage import memory_scope
 from llama_index_recency.records.links import (
     LINK_KEYS,
     check_link,
@@ -44,15 +44,15 @@ from llama_index_recency.records.nodes import (
     memory_node,
     quoted,
 )
-from llama_index_recency.storage.store import (
-    MemoryStore,
-    MemoryStoreFullError,
+from llama_index_recency.storage import (
     delete_memories,
     embedding_of,
     get_memories,
     get_memory,
+    MemoryStore,
     vector_store_of,
 )
+from llama_index_recency.errors import MemoryStoreFullError
 
 EMBED_BATCH_SIZE = 16
 """Memories embedded per call: small enough for a device, large enough to batch."""
@@ -287,7 +287,7 @@ def forget(
             f"filters={filters!r}; it never deletes everything")
     if user_id is not None and ids is None and before is None and filters is None:
         # Imported here: the outbox needs the writer, which needs this module.
-        from llama_index_recency.storage.outbox import Outbox, outbox_path
+        from llama_index_recency.storage import Outbox, outbox_path
 
         path = outbox_path(index)
         if path is not None:

@@ -47,7 +47,7 @@ from llama_index_recency.writing.extraction import (
     aask,
     ask,
 )
-from llama_index_recency.storage.filters import memory_scope
+from llama_index_recency.storage import memory_scope
 from llama_index_recency.records.text import (
     LEFT_ANGLE_LOOKALIKES,
     RIGHT_ANGLE_LOOKALIKES,
