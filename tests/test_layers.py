@@ -5,6 +5,7 @@ Read from the source (every import, a function's own included)."""
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
 from pathlib import Path
 
@@ -112,3 +113,19 @@ def test_the_root_holds_the_front_and_every_module_stays_readable() -> None:
     folders = {path.parent.name for path in PACKAGE.glob("*/__init__.py")} - {"cli", "data"}
     assert len(folders) >= 6 and folders <= set(RANK)
     assert {path.relative_to(PACKAGE).as_posix(): n for path, n in lines.items() if n > 500} == {}
+
+
+def test_the_architecture_page_names_every_module_in_its_folder() -> None:
+    """docs/architecture.md's table lists each folder's modules: a module added, moved or
+    removed without the page changing fails here."""
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text("utf-8")
+    named = set()
+    for row in re.findall(r"^\| [^|]+ \| ([^|]+) \| ([^|]+) \|", page, re.MULTILINE):
+        folders = re.findall(r"`(\w+)/`", row[0]) or ([""] if "(root)" in row[0] else [])
+        for module in re.findall(r"`(\w+)`", row[1]):
+            named.add((folders[0], module))
+    named.discard(("", "__init__"))
+    actual = {(path.parent.relative_to(PACKAGE).as_posix().replace(".", ""), path.stem)
+              for path in PACKAGE.rglob("*.py") if path.stem != "__init__"
+              and path.parent.name not in {"data"}}
+    assert named == actual
