@@ -51,13 +51,12 @@ from llama_index.core.schema import MetadataMode, TextNode
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from llama_index_recency.fitting.policy_fit import PolicyFit, fit_policy
 from llama_index_recency.fitting.calibration import (
     SEED_GRID,
     Calibration,
-    PolicyFit,
     RetrievedCandidates,
     calibrate,
-    fit_policy,
     fit_threshold,
     retrieve_candidates,
 )

@@ -21,9 +21,9 @@ from typing import Any, Optional, Sequence
 
 PACKAGE = "llama_index_recency"
 
-MOVED_MODULES: dict[str, str] = {
+MOVED_MODULES: dict[str, str | tuple[str, ...]] = {
     "backup": "writing.backup",
-    "calibration": "fitting.calibration",
+    "calibration": ("fitting.calibration", "fitting.policy_fit"),
     "chat": "integrations.chat",
     "cohort": "models.cohort",
     "dates": "records.dates",
@@ -40,7 +40,7 @@ MOVED_MODULES: dict[str, str] = {
     "gate_fit": "fitting.gate_fit",
     "intent": "ranking.intent",
     "language": "ranking.language",
-    "links": "storage.history",
+    "links": ("storage.history", "ranking.successors", "records.links"),
     "memory": "records.nodes",
     "memory_block": "integrations.memory_block",
     "memory_file": "writing.memory_file",
@@ -64,15 +64,17 @@ MOVED_MODULES: dict[str, str] = {
     "writer": "writing.writer",
 }
 """The 0.3 module paths under the package (and 0.2's ``memory``), by the module now holding
-their names. ``records`` and ``models`` are folders now and export 0.3's names themselves."""
+their names, or the modules a split one's names went to (an old path then gives a module that
+reads each name from the first of them holding it). ``records`` and ``models`` are folders now
+and export 0.3's names themselves."""
 
 MOVED_NAMES: dict[str, tuple[str, ...]] = {
     "writing.backup": ("aexport_memories", "aimport_memories", "export_memories", "import_memories"),
     "fitting.calibration": (
-        "calibrate", "Calibration", "CandidateResult", "fit_policy", "fit_threshold", "HitFreeMax",
-        "PolicyCandidate", "PolicyFit", "raw_cosine_sd", "retrieve_candidates",
-        "RetrievedCandidates", "SEED_GRID", "TargetScore", "ThresholdFit",
+        "calibrate", "Calibration", "CandidateResult", "fit_threshold", "HitFreeMax",
+        "retrieve_candidates", "RetrievedCandidates", "SEED_GRID", "TargetScore", "ThresholdFit",
     ),
+    "fitting.policy_fit": ("fit_policy", "PolicyCandidate", "PolicyFit", "raw_cosine_sd"),
     "storage.edge": ("QdrantEdgeVectorStore",),
     "models.embeddings": ("FallbackEmbedding",),
     "errors": (
@@ -143,19 +145,39 @@ class _OldModulePaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        new = f"{PACKAGE}.{MOVED_MODULES[spec.name.removeprefix(f'{PACKAGE}.')]}"
+        moved = MOVED_MODULES[spec.name.removeprefix(f"{PACKAGE}.")]
+        news = [f"{PACKAGE}.{new}" for new in ((moved,) if isinstance(moved, str) else moved)]
         warnings.warn(
-            f"{spec.name} moved: use `from {new} import ...`; the old path goes in a later version",
+            f"{spec.name} moved: use `from {' or '.join(news)} import ...`; the old path goes "
+            "in a later version",
             DeprecationWarning,
             stacklevel=_caller_level(),
         )
-        module = importlib.import_module(new)
-        self._specs[new] = module.__spec__
-        return module
+        if len(news) == 1:
+            module = importlib.import_module(news[0])
+            self._specs[news[0]] = module.__spec__
+            return module
+        return _split_module(spec.name, [importlib.import_module(new) for new in news])
 
     def exec_module(self, module: ModuleType) -> None:
-        """Give the module back its own spec (the import system set the old path's on it)."""
-        module.__spec__ = self._specs[module.__name__]
+        """Give a moved module back its own spec (the import system set the old path's on it)."""
+        if module.__name__ in self._specs:
+            module.__spec__ = self._specs[module.__name__]
+
+
+def _split_module(name: str, parts: Sequence[ModuleType]) -> ModuleType:
+    """A module named ``name`` whose names are read from the first of ``parts`` holding each."""
+    module = ModuleType(name, f"Where the names of {name} went: " + ", ".join(
+        part.__name__ for part in parts))
+
+    def __getattr__(attribute: str) -> Any:
+        for part in parts:
+            if hasattr(part, attribute):
+                return getattr(part, attribute)
+        raise AttributeError(f"module {name!r} has no attribute {attribute!r}")
+
+    module.__getattr__ = __getattr__  # type: ignore[method-assign]
+    return module
 
 
 def _caller_level() -> int:

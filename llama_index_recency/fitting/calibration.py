@@ -7,7 +7,7 @@ model, whose cosines live on their own scale. Candidates are retrieved once (top
 cosine) and re-scored per grid point with
 :class:`~llama_index_recency.ranking.policy.RecencyPolicy`, so the numbers are the postprocessor's.
 The policy fit, which scales the candidate weights to the model's own spread, is in
-:mod:`llama_index_recency.fitting.policy_fit` (its names import from here too).
+:mod:`llama_index_recency.fitting.policy_fit`.
 
 A vague reference ("How did that thing you were working on go?",
 :func:`~llama_index_recency.ranking.vague.is_vague_reference`) scores high against no memory, so
@@ -18,12 +18,10 @@ half its targets listed (:func:`vague_listed`).
 
 from __future__ import annotations
 
-import importlib
 import math
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore
@@ -46,18 +44,6 @@ first."""
 
 DEFAULT_KEY = "key"
 """Metadata key naming a memory in questions' ``targets`` (the node id when it is absent)."""
-
-_POLICY_FIT = ("fit_policy", "NOISE_MARGIN", "PolicyCandidate", "PolicyFit", "raw_cosine_sd",
-               "spread_grid", "SPREAD_KS", "SPREAD_TAUS")
-"""The names of :mod:`llama_index_recency.fitting.policy_fit` importable from here too."""
-
-
-def __getattr__(name: str) -> Any:
-    """A name of the policy fit, loaded on first use (its module imports this one)."""
-    if name not in _POLICY_FIT:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module("llama_index_recency.fitting.policy_fit"), name)
-
 
 @dataclass(frozen=True)
 class RetrievedCandidates:
