@@ -7,10 +7,8 @@ cosine vector), so a point copied from a qdrant-client collection reads back as 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
-import tempfile
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional
@@ -27,25 +25,13 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_recency.storage.edge_files import (
-    COPY_PREFIX,
     EDGE_CONFIG_FILE,
-    INDEX_BYTES,
     METADATA_FILE,
     SPACE_HEADROOM,
     check_space,
-    copy_sparse,
-    file_sizes,
-    free_bytes,
-    hold_shared,
-    in_place_refusal,
-    load_needs,
-    megabytes,
-    opened_shard,
     read_metadata,
-    read_only,
     refuse_foreign_directory,
     remedy,
-    remove_copy,
     write_metadata,
     write_needs,
 )
@@ -60,16 +46,13 @@ from llama_index_recency.storage.edge_points import (
     scroll,
 )
 from llama_index_recency.errors import InvalidInputError, MemoryStoreClosedError
+from llama_index_recency.storage.edge_shard import (
+    SHARD_STATE_KEY,
+    create_shard,
+    load_shard,
+    warn_if_it_cannot_reopen,
+)
 from llama_index_recency.storage.filters import has_condition, to_edge_filter
-from llama_index_recency.records.nodes import SUPERSEDES_KEY, USER_ID_KEY
-
-logger = logging.getLogger(__name__)
-_WARNED: set[tuple[Any, ...]] = set()
-
-SHARD_STATE_KEY = "llama_index_recency.shard"
-"""Collection-metadata key: ``{"closed": bool, "points": n}``, closed false from a handle's
-first write until its ``close``, which records the point count; a shard not closed since may
-have write-ahead log left to replay, and one holding fewer points lost segment files."""
 
 
 class QdrantEdgeVectorStore(BasePydanticVectorStore):
@@ -127,6 +110,21 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         dimensions: Optional[int] = None,
         date_key: Optional[str] = "date",
     ) -> None:
+        """Load the shard at ``path``, or create it now when ``dimensions`` is given.
+
+        Raises:
+            InvalidInputError: ``dimensions`` below 1 or other than the shard's; the shard
+                has no unnamed vector; its metadata file is not a JSON object; ``path``
+                holds something other than a shard.
+            NotADirectoryError: ``path`` (or a directory above it) is a file.
+            MemoryStoreLockedError: Another process or handle holds the shard.
+            MemoryStoreDamagedError: Edge cannot load the shard (a file missing, truncated or
+                foreign).
+            MemoryStoreReadOnlyError: The shard's filesystem is read-only and no temporary
+                copy can be made.
+            MemoryStoreFullError: The disk is too full to load the shard and no temporary
+                copy can be made, or too full to create it.
+        """
         if dimensions is not None and dimensions < 1:
             raise InvalidInputError(
                 f"dimensions must be a positive vector size, got {dimensions!r}")
@@ -160,7 +158,12 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
 
     def require_writable(self) -> None:
         """Raise why the store cannot be changed (:class:`MemoryStoreReadOnlyError` or
-        :class:`MemoryStoreFullError`) when the shard is loaded from a temporary copy."""
+        :class:`MemoryStoreFullError`) when the shard is loaded from a temporary copy.
+
+        Raises:
+            MemoryStoreReadOnlyError: The shard's own filesystem is read-only.
+            MemoryStoreFullError: The shard's own disk was too full to load it for writing.
+        """
         if self._refusal is not None:
             raise type(self._refusal)(
                 f"{self._refusal}: it is open read-only, from a temporary copy, so it cannot "
@@ -169,13 +172,30 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
     # -- nodes ---------------------------------------------------------------------------
 
     def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> list[str]:
-        """Upsert nodes (each with an embedding and a UUID id); returns their ids."""
+        """Upsert nodes (each with an embedding and a UUID id); returns their ids.
+
+        Raises:
+            InvalidInputError: A node without an embedding, with an id that is not a UUID,
+                with metadata that is not JSON, or with a vector of another size than the
+                shard's.
+            MemoryStoreReadOnlyError: The shard is read from a temporary copy (its
+                filesystem is read-only).
+            MemoryStoreFullError: The disk is too full for the write (or the shard is read
+                from a temporary copy for that reason).
+        """
         self._require_open()
         self._upsert([node_point(node, flat_metadata=self.flat_metadata) for node in nodes])
         return [node.node_id for node in nodes]
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
-        """Delete every node whose source document is ``ref_doc_id``."""
+        """Delete every node whose source document is ``ref_doc_id``.
+
+        Raises:
+            MemoryStoreReadOnlyError: The shard is read from a temporary copy (its
+                filesystem is read-only).
+            MemoryStoreFullError: The disk is too full for the write (or the shard is read
+                from a temporary copy for that reason).
+        """
         shard = self._require_open()
         if shard is not None:
             self._before_write(SPACE_HEADROOM, "to delete")
@@ -190,8 +210,16 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
     ) -> None:
         """Delete the nodes with these ids and/or matching ``filters`` (both: both must hold).
 
-        With neither (or ``filters`` without a condition, which select everything),
-        ``ValueError`` is raised: use :meth:`clear`.
+        With neither (or ``filters`` without a condition, which select everything), it
+        refuses: use :meth:`clear`.
+
+        Raises:
+            InvalidInputError: Neither ids nor a condition given; an id that is not a UUID; a
+                filter Edge cannot express.
+            MemoryStoreReadOnlyError: The shard is read from a temporary copy (its
+                filesystem is read-only).
+            MemoryStoreFullError: The disk is too full for the write (or the shard is read
+                from a temporary copy for that reason).
         """
         if node_ids is None and not has_condition(filters):
             raise InvalidInputError(f"delete_nodes needs node_ids or filters with a condition, got "
@@ -208,7 +236,11 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         filters: Optional[MetadataFilters] = None,
     ) -> list[BaseNode]:
         """Nodes with these ids and/or matching ``filters`` (neither: all), embeddings
-        included (unit-normalised, as Qdrant keeps cosine vectors)."""
+        included (unit-normalised, as Qdrant keeps cosine vectors).
+
+        Raises:
+            InvalidInputError: An id that is not a UUID, or a filter Edge cannot express.
+        """
         shard = self._require_open()
         selection = point_selection(node_ids, filters)
         if shard is None or node_ids == []:
@@ -218,7 +250,14 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
 
     def clear(self) -> None:
         """Delete every node and reclaim the disk; the vector size, indexes and collection
-        metadata stay."""
+        metadata stay.
+
+        Raises:
+            MemoryStoreReadOnlyError: The shard is read from a temporary copy (its
+                filesystem is read-only).
+            MemoryStoreFullError: The shard is read from a temporary copy (its disk was too
+                full to load it), or too full to recreate its payload indexes.
+        """
         shard = self._require_open()
         if shard is None:
             return
@@ -235,7 +274,11 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         self._open(self._vector_size)
 
     def count(self, filters: Optional[MetadataFilters] = None) -> int:
-        """How many nodes match ``filters`` (all nodes without), counted exactly."""
+        """How many nodes match ``filters`` (all nodes without), counted exactly.
+
+        Raises:
+            InvalidInputError: A filter Edge cannot express.
+        """
         shard = self._require_open()
         selection = to_edge_filter(filters) if filters is not None and filters.filters else None
         if shard is None:
@@ -244,7 +287,13 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """Top ``similarity_top_k`` nodes by exact cosine (``similarities`` are raw cosines),
-        restricted by ``filters``, ``doc_ids`` and ``node_ids``."""
+        restricted by ``filters``, ``doc_ids`` and ``node_ids``.
+
+        Raises:
+            InvalidInputError: A query that is not a dense one (``mode`` other than
+                ``DEFAULT``) or has no ``query_embedding``; a node id that is not a UUID; a
+                filter Edge cannot express.
+        """
         if query.mode != VectorStoreQueryMode.DEFAULT:
             raise InvalidInputError(
                 f"QdrantEdgeVectorStore supports dense queries only, not {query.mode}")
@@ -280,7 +329,16 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             yield str(record.id), record.vector, record.payload
 
     def upsert_points(self, points: Sequence[tuple[str, list[float], dict]]) -> None:
-        """Write ``(id, vector, payload)`` points as given (ids must be UUIDs)."""
+        """Write ``(id, vector, payload)`` points as given (ids must be UUIDs).
+
+        Raises:
+            InvalidInputError: An id that is not a UUID, or a vector of another size than
+                the shard's.
+            MemoryStoreReadOnlyError: The shard is read from a temporary copy (its
+                filesystem is read-only).
+            MemoryStoreFullError: The disk is too full for the write (or the shard is read
+                from a temporary copy for that reason).
+        """
         self._require_open()
         self._upsert([(point_id(id_), vector, payload) for id_, vector, payload in points])
 
@@ -294,7 +352,17 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         return record
 
     def update_metadata(self, values: dict[str, Any]) -> None:
-        """Merge ``values`` (JSON) into the metadata record and write it atomically."""
+        """Merge ``values`` (JSON) into the metadata record and write it atomically.
+
+        Raises:
+            InvalidInputError: The merged record is not JSON.
+            MemoryStoreReadOnlyError: The shard is read from a temporary copy (its
+                filesystem is read-only).
+            MemoryStoreFullError: The shard is read from a temporary copy (its disk was too
+                full to load it).
+            OSError: The file cannot be written (a full disk included: no free space is
+                checked first).
+        """
         self._require_open()
         self.require_writable()
         merged = {**self._metadata, **values}
@@ -309,7 +377,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
 
     def close(self) -> None:
         """Release the shard and its lock (and delete a temporary copy); the store is
-        unusable afterwards. Idempotent."""
+        unusable afterwards (its reads and writes raise :class:`MemoryStoreClosedError`).
+        Idempotent."""
         if self._shard is not None:
             points = self._shard.count(edge.CountRequest(exact=True)) if self._written else 0
             self._shard.close()
@@ -335,111 +404,18 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             raise MemoryStoreClosedError(f"the store at {self.path} is closed")
         return self._shard
 
-    def _locked(self, open_shard: Any, *args: Any) -> edge.EdgeShard:
-        """``open_shard(*args)`` for this store, Edge's failures as one-line errors
-        (:func:`~llama_index_recency.storage.edge_files.opened_shard`)."""
-        return opened_shard(self.path, open_shard, *args)
-
-    def _load_copy(self, refusal: OSError) -> edge.EdgeShard:
-        """Load a copy of the shard made in the temporary directory, holding the shard's
-        lock (shared) until ``close``; :attr:`read_only` from then on. ``refusal``, naming
-        the temporary directory too, when the copy cannot be made there."""
-        lock = hold_shared(self.path)
-        parent = tempfile.gettempdir()
-        try:
-            needed = (sum(blocks for _, blocks in file_sizes(self.path))
-                      + load_needs(self.path, parent, replay=self._replays()))
-            free = free_bytes(parent)
-            if read_only(parent) or free < needed:
-                problem = ("read-only too" if read_only(parent) else
-                           f"{megabytes(free)} free, about {megabytes(needed)} needed")
-                raise type(refusal)(f"{refusal}, and no read-only copy can be made in {parent} "
-                                    f"({problem}); {remedy(refusal)}")
-            copy = tempfile.mkdtemp(prefix=COPY_PREFIX, dir=parent)
-        except BaseException:
-            os.close(lock)
-            raise
-        self._release = weakref.finalize(self, remove_copy, copy, lock)
-        try:
-            shutil.copytree(self.path, copy, copy_function=copy_sparse, dirs_exist_ok=True)
-            shard = self._locked(edge.EdgeShard.load, copy)
-        except BaseException:
-            self._release()
-            raise
-        self._copy, self._refusal = copy, refusal
-        return shard
-
-    def _check_points(self) -> None:
-        """Warn in one line when the shard holds fewer points than its last close recorded
-        (segment files deleted or lost: Edge loads what is left without a word)."""
-        state = self._metadata.get(SHARD_STATE_KEY) or {}
-        recorded = state.get("points") if state.get("closed") else None
-        if not isinstance(recorded, int) or self._shard is None:
-            return
-        held = self._shard.count(edge.CountRequest(exact=True))
-        if held < recorded and (self.path, held, recorded) not in _WARNED:
-            _WARNED.add((self.path, held, recorded))  # once, though a command opens twice
-            logger.warning(
-                "the store at %s holds %d of the %d memories it held when last closed: segment "
-                "files are missing; restore it from an export or backup", self.path, held, recorded)
-
     def _open(self, size: Optional[int]) -> Optional[edge.EdgeShard]:
         """Load the shard at ``path`` (maybe created by another handle since), or create it
         with vectors of ``size`` when given."""
         if os.path.exists(os.path.join(self.path, EDGE_CONFIG_FILE)):
-            refusal = in_place_refusal(self.path, replay=self._replays())
-            if refusal is None:
-                self._shard = self._locked(edge.EdgeShard.load, self.path)
-            else:
-                self._shard = self._load_copy(refusal)
-            self.dimensions = self._stored_vector_size()
-            self._check_points()
-            self._ensure_indexes(new=False)
+            loaded = load_shard(self.path, self._metadata, self.date_key, owner=self)
         elif size is not None:
-            # One unnamed cosine vector, as QdrantVectorStore creates a collection.
-            vectors = edge.EdgeVectorParams(size, edge.Distance.Cosine)
-            self._shard = self._locked(edge.EdgeShard.create, self.path, edge.EdgeConfig(vectors))
-            self.dimensions = size
-            self._ensure_indexes(new=True)
+            loaded = create_shard(self.path, size, self.date_key)
         else:
             return None
+        self._shard, self.dimensions = loaded.shard, loaded.dimensions
+        self._copy, self._refusal, self._release = loaded.copy, loaded.refusal, loaded.release
         return self._shard
-
-    def _ensure_indexes(self, *, new: bool) -> None:
-        """A datetime index on the date key and keyword indexes on doc_id, user_id and
-        supersedes (the successor search runs on every retrieval: it must not scan).
-
-        A store without one of them on a disk too full to add it opens
-        without it (searches are the same, only slower; logged once): what a user needs on
-        a full disk is to list, export and forget."""
-        assert self._shard is not None
-        wanted = {DOCUMENT_ID_KEY: edge.PayloadSchemaType.Keyword,
-                  USER_ID_KEY: edge.PayloadSchemaType.Keyword,
-                  SUPERSEDES_KEY: edge.PayloadSchemaType.Keyword}
-        if self.date_key is not None:
-            wanted[self.date_key] = edge.PayloadSchemaType.Datetime
-        existing = self._shard.info().payload_schema
-        missing = {key: schema for key, schema in wanted.items() if key not in existing}
-        if missing and not new and free_bytes(self._loaded_from) < INDEX_BYTES * len(missing):
-            if (self.path, "indexes") not in _WARNED:
-                _WARNED.add((self.path, "indexes"))
-                logger.warning("the disk holding the store at %s is too full to add the payload "
-                               "indexes %s; it works without them, slower", self.path,
-                               ", ".join(sorted(missing)))
-            return
-        if missing:
-            check_space(self.path, self._loaded_from, INDEX_BYTES * len(missing),
-                        "to create its payload indexes")
-        for key, schema in missing.items():
-            self._shard.update(edge.UpdateOperation.create_field_index(key, schema))
-
-    def _stored_vector_size(self) -> int:
-        with open(os.path.join(self.path, EDGE_CONFIG_FILE), encoding="utf-8") as file:
-            vectors = json.load(file).get("vectors", {})
-        if "" not in vectors:
-            self.close()
-            raise InvalidInputError(f"the shard at {self.path} has no unnamed vector")
-        return int(vectors[""]["size"])
 
     def _upsert(self, points: Sequence[tuple[str, list[float], dict[str, Any]]]) -> None:
         if not points:
@@ -460,19 +436,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
                 for identifier, vector, payload in chunk
             ]
             shard.update(edge.UpdateOperation.upsert_points(batch))
-        self._warn_if_it_cannot_reopen()
-
-    def _warn_if_it_cannot_reopen(self) -> None:
-        """Warn once when the disk holding the shard could not load it for writing as it now
-        is, closed cleanly (writing leaves the holes loading fills in)."""
-        needed, free = load_needs(self.path, self.path, replay=False), free_bytes(self.path)
-        if free < needed and (self.path, "reopen") not in _WARNED:
-            _WARNED.add((self.path, "reopen"))
-            logger.warning(
-                "the disk holding the store at %s has %s free, about %s needed to reopen it for "
-                "writing (Edge fills in its mapped files on loading): later commands read it "
-                "from a temporary copy and cannot change it; free some space (or move the store "
-                "to a larger disk)", self.path, megabytes(free), megabytes(needed))
+        warn_if_it_cannot_reopen(self.path)
 
     def _before_write(self, needed: int, what: str) -> None:
         """Check the store is writable and has the free space, and record before this
@@ -488,7 +452,3 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         """The directory Edge has the shard loaded from: the shard's, or its temporary copy."""
         return self._copy or self.path
 
-    def _replays(self) -> bool:
-        """Whether loading may replay the write-ahead log (the shard was not closed since
-        its last write)."""
-        return not (self._metadata.get(SHARD_STATE_KEY) or {}).get("closed")
