@@ -28,7 +28,7 @@ from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.writing.backup import export_memories, import_memories
 from llama_index_recency.integrations.chat import RecencyChatEngine
 from llama_index_recency.storage import memory_scope
-from llama_index_recency.querying.gate import MAX_BRING_UP, MIN_FIT_MEMORIES, GateFit, calibrate_gate, refit_gate
+from llama_index_recency.querying.gate import MAX_BRING_UP, MIN_FIT_MEMORIES, GateFit, calibrate_gate, refit_after_write
 from llama_index_recency.storage import memory_history
 from llama_index_recency.records.nodes import memory_node
 from llama_index_recency.integrations.memory_block import RecencyMemoryBlock
@@ -72,7 +72,7 @@ class RecencyMemory:
     Args:
         embed_model: The embedding model (default: :func:`offline_embedding`, the bundled
             multilingual e5-small). A store records its model: another one raises
-            :class:`~llama_index_recency.models.embeddings.EmbeddingMismatchError`.
+            :class:`~llama_index_recency.errors.EmbeddingMismatchError`.
         path: Directory of an embedded store, created if needed.
         url: A Qdrant server's url (``api_key`` for it); not with ``path``.
         index: An index already opened with :func:`open_memory_index` (then ``embed_model``,
@@ -86,12 +86,6 @@ class RecencyMemory:
         llm: The LLM :meth:`remember`, :meth:`as_memory_block` and :meth:`chat_engine` use.
         min_fit_memories: The store size at which its own gate is first fitted.
         open_options: More arguments for :func:`open_memory_index` (``collection_name``, ...).
-
-    Raises:
-        MemoryStoreLockedError: The embedded store is open in another process.
-        MemoryStoreUnreachableError: The server at ``url`` does not answer.
-        EmbeddingMismatchError: The store was written with another embedding model.
-        ValueError: ``index`` given with the arguments that open one.
     """
 
     def __init__(
@@ -109,6 +103,16 @@ class RecencyMemory:
         min_fit_memories: int = MIN_FIT_MEMORIES,
         **open_options: Any,
     ) -> None:
+        """Open the store (unless ``index`` is given); the arguments are in the class docstring.
+
+        Raises:
+            InvalidInputError: ``index`` given with the arguments that open one; ``path`` and
+                ``url`` both given; a ``collection_name`` that is not a plain name.
+            MemoryStorePathError: ``path`` is a file, not a directory.
+            MemoryStoreLockedError: The embedded store is open in another process.
+            MemoryStoreUnreachableError: The server at ``url`` does not answer.
+            EmbeddingMismatchError: The store was written with another embedding model.
+        """
         if index is not None:
             given = [name for name, value in (("embed_model", embed_model), ("path", path),
                                               ("url", url), ("api_key", api_key))
@@ -156,9 +160,10 @@ class RecencyMemory:
             unchanged (already stored as given: storing twice writes nothing).
 
         Raises:
-            ValueError: A fact that is empty, too long or has no subject; a date that cannot
-                be read (:class:`FutureMemoryDateError` for one after tomorrow); other text
-                under a stored memory's id.
+            InvalidInputError: A fact that is empty, too long or not one line of text; a date
+                that cannot be read; other text under a stored memory's id; a node
+                superseding another user's memory.
+            FutureMemoryDateError: A fact dated after tomorrow.
             PartialWriteError: A batch failed; it says how many memories were stored.
         """
         nodes = [memory if isinstance(memory, BaseNode)
@@ -166,7 +171,7 @@ class RecencyMemory:
                                   user_name=self.user_name)
                  for memory in memories]
         stored = insert_memories(self.index, nodes, on_progress=on_progress)
-        self._refit_gate()
+        refit_after_write(self.index, min_memories=self.min_fit_memories)
         return stored
 
     def update(self, memory_id: str, text: str, memory_date: MemoryDate, **node_options: Any
@@ -184,12 +189,15 @@ class RecencyMemory:
 
         Raises:
             MemoryNotFoundError: No such memory (of this user).
-            ValueError: A date before the old memory's, or a fact :func:`memory_node` refuses.
+            InvalidInputError: A date before the old memory's, or a fact or date
+                :func:`memory_node` refuses.
+            FutureMemoryDateError: A date after tomorrow (without ``allow_future=True`` in
+                ``node_options``).
         """
         node_options.setdefault("user_name", self.user_name)
         updated = update_memory(self.index, memory_id, text, memory_date, user_id=self.user_id,
                                 **node_options)
-        self._refit_gate()
+        refit_after_write(self.index, min_memories=self.min_fit_memories)
         return updated
 
     def forget(
@@ -211,7 +219,7 @@ class RecencyMemory:
             How many memories were deleted.
 
         Raises:
-            ValueError: No condition given, or a ``user_id`` other than this object's.
+            InvalidInputError: No condition given, or a ``user_id`` other than this object's.
         """
         if ids is None and user_id is None and before is None and memory_scope(
                 filters=filters) is None:
@@ -246,12 +254,12 @@ class RecencyMemory:
             RetryableWriteError: The LLM call failed; nothing was stored.
             FinalWriteError: The LLM answered but no valid fact came of it.
             FutureMemoryDateError: ``memory_date`` after tomorrow, before any LLM call.
-            ValueError: No LLM given here or to the object.
+            InvalidInputError: No LLM given here or to the object.
         """
         stored = remember(turns, self.index, self._llm(llm), memory_date=memory_date,
                           user_name=self.user_name, user_id=self.user_id,
                           allow_future=allow_future)
-        self._refit_gate()
+        refit_after_write(self.index, min_memories=self.min_fit_memories)
         return stored
 
     def import_(self, path: str | os.PathLike[str], *,
@@ -265,9 +273,10 @@ class RecencyMemory:
         Raises:
             MemoryFileError: A line that cannot be imported (named); nothing was stored.
             PartialWriteError: A batch failed; it says how many were stored.
+            OSError: ``path`` cannot be read.
         """
         new = import_memories(self.index, path, on_progress=on_progress)
-        self._refit_gate()
+        refit_after_write(self.index, min_memories=self.min_fit_memories)
         return new
 
     # --- reading ----------------------------------------------------------------------
@@ -297,7 +306,7 @@ class RecencyMemory:
         ``filters``, newest first, with their vectors.
 
         Raises:
-            ValueError: A ``user_id`` other than this object's.
+            InvalidInputError: A ``user_id`` other than this object's.
         """
         self._check_user(user_id)
         return get_memories(self.index, filters=filters, user_id=user_id or self.user_id)
@@ -319,6 +328,9 @@ class RecencyMemory:
             How many memories were written.
 
         Raises:
+            InvalidInputError: A stored memory without a readable date its text starts with
+                (only :func:`memory_node`'s can be exported), or ``with_embeddings`` on a
+                store that records no embedding model; ``path`` is left as it was.
             OSError: ``path`` cannot be written (it is left as it was).
         """
         return export_memories(self.index, path, user_id=self.user_id,
@@ -352,7 +364,7 @@ class RecencyMemory:
         ``today``; default today: the policy's reference date, else the current date).
 
         Raises:
-            ValueError: No LLM given here or to the object.
+            InvalidInputError: No LLM given here or to the object.
         """
         reference = self.policy.reference_date
         kwargs.setdefault("today", None if callable(reference) else reference)
@@ -372,7 +384,7 @@ class RecencyMemory:
             The fit: its ``threshold``, and ``summary(current)`` comparing a threshold.
 
         Raises:
-            ValueError: The store (this user's part) is empty.
+            InvalidInputError: The store (this user's part) is empty.
         """
         fit = calibrate_gate(self.index, self.policy, max_bring_up=max_bring_up,
                              user_id=self.user_id)
@@ -409,14 +421,6 @@ class RecencyMemory:
     acalibrate = in_thread(calibrate)
 
     # --- helpers ----------------------------------------------------------------------
-
-    def _refit_gate(self) -> None:
-        """After a write: refit the store's gate if it is due (a failure is one warning
-        line; the memories are stored)."""
-        try:
-            refit_gate(self.index, min_memories=self.min_fit_memories)
-        except Exception as error:  # noqa: BLE001 - the write succeeded; the gate can wait
-            logger.warning("the gate was not refitted: %s: %s", type(error).__name__, error)
 
     def _llm(self, llm: Optional[LLM]) -> LLM:
         chosen = llm or self.llm

@@ -149,3 +149,18 @@ async def test_async_twins_do_what_their_methods_do(memory) -> None:
     assert ranking.nodes[0].node.node_id == stored.new[0]
     assert [n.node_id for n in await memory.aget_all()] == list(stored.new)
     assert await memory.aforget(list(stored.new)) == 2
+
+
+def test_a_write_whose_gate_refit_fails_keeps_its_memories_and_says_so_once(
+        e5, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    from llama_index_recency.querying import gate
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(gate, "refit_gate", broken)
+    with RecencyMemory(e5, path=tmp_path / "store", user_id="taro", min_fit_memories=1) as bound:
+        stored = bound.add([BLACK, SWEET])
+        assert len(stored.new) == 2 and len(bound.get_all()) == 2
+    warnings = [r.getMessage() for r in caplog.records if "not refitted" in r.getMessage()]
+    assert warnings == ["the gate was not refitted: OSError: No space left on device"]

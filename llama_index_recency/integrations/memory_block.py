@@ -32,7 +32,7 @@ from llama_index.core.storage.chat_store.base_db import MessageStatus
 
 from llama_index_recency.twins import in_thread
 from llama_index_recency.errors import FinalWriteError, OneLineValidation
-from llama_index_recency.querying.gate import MIN_FIT_MEMORIES, refit_gate
+from llama_index_recency.querying.gate import MIN_FIT_MEMORIES, refit_after_write
 from llama_index_recency.storage import Conversation, Outbox, outbox_path
 from llama_index_recency.integrations.prompts import (
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
@@ -389,16 +389,8 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
             return []
         self._outbox.remove(conversation.id)
         if stored:
-            self._refit_gate()
+            refit_after_write(self.index, min_memories=self.min_fit_memories, writer=self.name)
         return stored
-
-    def _refit_gate(self) -> None:
-        """Refit the store's gate if the write made it due; a failure is one warning line."""
-        try:
-            refit_gate(self.index, min_memories=self.min_fit_memories)
-        except Exception as error:  # noqa: BLE001 - the memories are stored; the gate can wait
-            logger.warning("%s: the gate was not refitted: %s: %s", self.name,
-                           type(error).__name__, error)
 
 
 class _SessionTurns:

@@ -77,6 +77,7 @@ __all__ = [
     "noise_margin",
     "offtopic_best",
     "offtopic_questions",
+    "refit_after_write",
     "refit_gate",
     "refit_store_gate",
 ]
@@ -98,6 +99,9 @@ def calibrate_gate(
     by the exact retriever, inside the scope, and its best final score recorded (less the
     threshold's rise for a question about the present); no labelled question is needed.
     ``fit.policy(policy)`` is the policy to save.
+
+    Raises:
+        InvalidInputError: The store (or the scope's part of it) holds no memory.
     """
     policy = policy or index_policy(index)
     best = offtopic_best(index.vector_store, embedding_of(index), policy, questions=questions,
@@ -118,9 +122,27 @@ def refit_gate(
     never over an explicit policy (``save_policy``, ``calibrate --save``), from
     ``min_memories`` memories, again at ``ratio`` times the last fit's, or (``check``)
     when the current gate lets too many off-topic questions in. Returns the fit, None when
-    none was due; a refused one (:attr:`GateFit.refused`) is not saved."""
+    none was due; a refused one (:attr:`GateFit.refused`) is not saved.
+
+    Raises:
+        MemoryStoreReadOnlyError: The fit is due but an Edge store read from a temporary
+            copy cannot save it (its filesystem is read-only).
+        MemoryStoreFullError: The fit is due but the Edge store cannot save it (its disk
+            too full to load it for writing).
+    """
     return refit_store_gate(index.vector_store, embedding_of(index), min_memories=min_memories,
                             ratio=ratio, check=check, today=today)
+
+
+def refit_after_write(index: VectorStoreIndex, *, min_memories: int = MIN_FIT_MEMORIES,
+                      writer: str = "") -> None:
+    """After a write: :func:`refit_gate` when the store grew enough for one. A failure is one
+    warning line, never the writer's: the memories are stored, and the gate can wait."""
+    try:
+        refit_gate(index, min_memories=min_memories)
+    except Exception as error:  # noqa: BLE001 - the write succeeded
+        logger.warning("%sthe gate was not refitted: %s: %s", f"{writer}: " if writer else "",
+                       type(error).__name__, error)
 
 
 def check_gate(
@@ -132,7 +154,11 @@ def check_gate(
 ) -> Optional[str]:
     """A one-line warning when the store's threshold lets more than ``max_bring_up`` of the
     off-topic bank in (its headroom is no longer above zero as memories accumulated: at zero
-    the question scoring exactly the threshold is let in), else None."""
+    the question scoring exactly the threshold is let in), else None.
+
+    Raises:
+        InvalidInputError: The store (or ``user_id``'s part of it) holds no memory.
+    """
     policy = policy or index_policy(index)
     fit = calibrate_gate(index, policy, max_bring_up=max_bring_up, user_id=user_id)
     if not fit.lets_too_many_in(policy):
@@ -200,14 +226,20 @@ def refit_store_gate(
     check: bool = False,
     today: Optional[date] = None,
 ) -> Optional[GateFit]:
-    """Fit the store's own gate when it is due and save it (``store.save_gate_fit``).
+    """Fit the store's own gate when it is due and save it (:func:`save_gate_fit`).
 
     Due: no explicit policy is saved (``save_policy`` wins, always), the store holds
     ``min_memories`` and was never fitted in its policy's units or holds ``ratio`` times the
     memories of its last fit, or (``check``) the current gate lets more than the share of
     the bank in. Returns the fit (None: not due); a fit whose
-    :attr:`~llama_index_recency.fitting.gate_fit.GateFit.refused` says why is logged and not saved,
-    the previous gate stays. One fit at a time per store.
+    :attr:`~llama_index_recency.fitting.gate_fit.GateFit.refused` says why is logged and not
+    saved, the previous gate stays. One fit at a time per store.
+
+    Raises:
+        MemoryStoreReadOnlyError: The fit is due but an Edge store read from a temporary
+            copy cannot save it (its filesystem is read-only).
+        MemoryStoreFullError: The fit is due but the Edge store cannot save it (its disk
+            too full to load it for writing).
     """
     vectors = vector_store_of(store)
     with _fit_lock(vectors):
