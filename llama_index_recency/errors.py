@@ -5,6 +5,41 @@ Each error also keeps its standard base (``except ValueError`` catches a
 those bases keeps working. ``except RecencyError`` catches them all; anything else
 escaping the package is a bug or a failure of something below it.
 
+The tree (each class's standard base in parentheses; a subclass has its parent's too)::
+
+    RecencyError (Exception)
+      InvalidInputError (ValueError)
+        InvalidSettingError
+      UnsupportedStoreError (TypeError)
+      MemoryStorePathError (NotADirectoryError)
+      PermissionDeniedError (PermissionError)
+      MemoryStoreClosedError (RuntimeError)
+      MemoryStoreLockedError (RuntimeError)
+      _StoreDiskError (OSError)
+        MemoryStoreReadOnlyError
+        MemoryStoreFullError
+      MemoryStoreDamagedError (RuntimeError)
+      MemoryStoreNotFoundError (FileNotFoundError)
+      MemoryStoreUnreachableError (ConnectionError)
+      MigrationIncompleteError (RuntimeError)
+      MissingExtraError (ImportError)
+      FutureMemoryDateError (ValueError)
+      MemoryFileError (ValueError)
+      PartialWriteError (RuntimeError)
+      MemoryWriteError (RuntimeError)
+        RetryableWriteError
+        FinalWriteError
+      EmbeddingAPIError (RuntimeError)
+      EmbeddingMismatchError (ValueError)
+      MemoryDateError (ValueError)
+      MemoryNotFoundError (LookupError)
+      CommandError
+      LLMError (RuntimeError)
+
+``_StoreDiskError`` is private (catch its two kinds, or ``OSError``); the module's one other
+class, :class:`OneLineValidation`, is no error but the base that turns a pydantic class's
+refusal into :class:`InvalidSettingError`.
+
 A write that failed can be worth repeating or not: :class:`RetryableWriteError` (the LLM
 call failed: asking again may work) and :class:`FinalWriteError` (the LLM answered and
 no valid memory came of it: asking again gets the same) are both :class:`MemoryWriteError`;
@@ -204,6 +239,11 @@ class OneLineValidation:
     :class:`InvalidSettingError` naming it in one line, not pydantic's multi-line report."""
 
     def __init__(self, **data: Any) -> None:
+        """Validate ``data`` as the pydantic class does.
+
+        Raises:
+            InvalidSettingError: A field is missing or refused, naming each such field.
+        """
         try:
             super().__init__(**data)
         except ValidationError as error:

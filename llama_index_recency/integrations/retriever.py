@@ -1,4 +1,4 @@
-"""A retriever that returns the top memories by cosine + recency bonus over the whole store, exactly.
+"""A retriever returning the top memories by cosine + recency bonus over the whole store, exactly.
 
 The top-8-then-re-rank window of :class:`RecencyBonusPostprocessor` can lose a memory
 for good: one ranked 9th by raw cosine never gets its bonus. This retriever runs the
@@ -6,7 +6,7 @@ exact search of :mod:`llama_index_recency.querying.exact` (a few plain cosine se
 results bound everything they did not return) and ranks with the same
 :class:`RecencyPolicy`, so it keeps exactly what the postprocessor would keep if it saw
 every memory. It works on Qdrant Edge (the embedded default), a Qdrant server and
-stores written by 0.1.0 (qdrant-client's local mode); each engine only translates the
+qdrant-client local-mode stores (written by 0.1.0); each engine only translates the
 search request.
 """
 
@@ -83,13 +83,14 @@ class QdrantRecencyRetriever(BaseRetriever):
     ``vague_window_days=None`` turns that path off.
 
     Built by :meth:`from_index` without a policy, it ranks with the store's own
-    (:func:`~llama_index_recency.storage.store.index_policy`) and keeps the store's gate fitted: a
-    store grown to ``min_fit_memories`` (then to :data:`~llama_index_recency.fitting.gate_fit.REFIT_RATIO`
-    times its last fit) is refitted on a background thread (:func:`refit_store_gate`)
-    while questions are ranked with the current gate, and a fit saved by any writer is
-    adopted at the next question (:meth:`wait_for_refit` waits for it). A Qdrant Edge store
-    is read for this at every question; a server or local-mode store at most every
-    ``check_store_every`` seconds (a store with only an async client is not followed).
+    (:func:`~llama_index_recency.storage.metadata.index_policy`) and keeps the store's gate
+    fitted: a store grown to ``min_fit_memories`` (then to
+    :data:`~llama_index_recency.fitting.gate_fit.REFIT_RATIO` times its last fit) is refitted
+    on a background thread (:func:`refit_store_gate`) while questions are ranked with the
+    current gate, and a fit saved by any writer is adopted at the next question
+    (:meth:`wait_for_refit` waits for it). A Qdrant Edge store is read for this at every
+    question; a server or local-mode store at most every ``check_store_every`` seconds (a
+    store with only an async client is not followed).
     """
 
     def __init__(
@@ -108,7 +109,13 @@ class QdrantRecencyRetriever(BaseRetriever):
         """``policy`` holds the parameters (a ``RecencyBonusPostprocessor`` is one);
         ``min_fit_memories``: the store size at which a retriever following the store's own
         policy fits its gate; ``check_store_every``: seconds between two reads of a server
-        or local-mode store's gate and size (0: at every question)."""
+        or local-mode store's gate and size (0: at every question).
+
+        Raises:
+            InvalidInputError: ``vague_window_days`` is not a finite number of days above 0
+                (nor None), or ``check_store_every`` not a finite number of seconds >= 0.
+            UnsupportedStoreError: ``vector_store`` is neither Qdrant Edge nor Qdrant.
+        """
         super().__init__(callback_manager=callback_manager)
         if vague_window_days is not None and not 0 < vague_window_days < float("inf"):
             raise InvalidInputError(
@@ -139,8 +146,14 @@ class QdrantRecencyRetriever(BaseRetriever):
     ) -> "QdrantRecencyRetriever":
         """The retriever over a memory index from ``open_memory_index``, with its embedding model.
 
-        Without ``policy`` it ranks with the store's own (:func:`~llama_index_recency.storage.store.index_policy`:
-        calibrated and saved with it, else its model's shipped one, else the defaults).
+        Without ``policy`` it ranks with the store's own
+        (:func:`~llama_index_recency.storage.metadata.index_policy`: calibrated and saved with
+        it, else its model's shipped one, else the defaults).
+
+        Raises:
+            InvalidInputError: A ``vague_window_days`` or ``check_store_every`` in ``kwargs``
+                that the constructor refuses.
+            UnsupportedStoreError: The index's store is neither Qdrant Edge nor Qdrant.
         """
         if policy is not None:
             return cls(index.vector_store, embedding_of(index), policy=policy, **kwargs)
@@ -172,6 +185,10 @@ class QdrantRecencyRetriever(BaseRetriever):
         Its ``nodes`` are what :meth:`retrieve` returns; its rows are what
         ``RecencyBonusPostprocessor.explain`` shows for the same candidates. Each ranking is
         also dispatched as a :class:`~llama_index_recency.ranking.events.MemoryRankingEvent`.
+
+        Raises:
+            InvalidInputError: The store holds memories but none dated under the policy's
+                ``date_key`` (it was not written by this package).
         """
         bundle = _bundle(query)
         ranking = self._explain(bundle)
@@ -181,7 +198,12 @@ class QdrantRecencyRetriever(BaseRetriever):
     async def aexplain(self, query: QueryType) -> RecencyRanking:
         """Async :meth:`explain`. Without an async client (Edge, qdrant-client's local mode)
         the searches run inline, as those engines' own async methods do; the question is
-        still embedded asynchronously."""
+        still embedded asynchronously.
+
+        Raises:
+            InvalidInputError: The store holds memories but none dated under the policy's
+                ``date_key`` (it was not written by this package).
+        """
         bundle = _bundle(query)
         ranking = await self._aexplain(bundle)
         dispatch_ranking(self._search.policy.for_question(bundle.query_str), ranking)

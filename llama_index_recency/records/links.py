@@ -28,7 +28,11 @@ LINK_KEYS = (SUPERSEDES_KEY, SUPERSEDED_BY_KEY)
 
 def check_link(newer: BaseNode, older: BaseNode) -> None:
     """Refuse ``newer`` superseding ``older`` unless both belong to the same user (or both to
-    none): a link across users would put one user's fact in place of another's."""
+    none): a link across users would put one user's fact in place of another's.
+
+    Raises:
+        InvalidInputError: ``newer`` and ``older`` belong to different users (or one to none).
+    """
     users = [node.metadata.get(USER_ID_KEY) for node in (newer, older)]
     if users[0] != users[1]:
         whose = ["no user" if user is None else f"user {user!r}" for user in users]
@@ -59,7 +63,8 @@ def relinked(node: BaseNode, gone: dict[str, BaseNode]) -> Optional[dict[str, An
     """``node``'s link lists once the memories in ``gone`` are deleted, or None if unchanged.
 
     A chain stays whole: a memory that superseded a deleted one now supersedes what that one
-    superseded (A → B → C without B is A → C). Legacy back links to deleted ids are dropped.
+    superseded (A → B → C without B is A → C). Back links (``superseded_by``, carried by
+    older stores) to deleted ids are dropped.
     """
     links: dict[str, Any] = {}
     older = _through(node, SUPERSEDES_KEY, gone)

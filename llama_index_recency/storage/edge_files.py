@@ -92,7 +92,12 @@ def remedy(refusal: OSError) -> str:
 def hold_shared(path: str) -> int:
     """A shared lock on the shard's ``wal`` directory, which Edge locks exclusively while it
     has the shard loaded: the descriptor holding it; :class:`MemoryStoreLockedError` when
-    another handle has the shard."""
+    another handle has the shard.
+
+    Raises:
+        MemoryStoreLockedError: Another process or handle has the shard loaded.
+        OSError: The ``wal`` directory cannot be opened (missing, or not readable).
+    """
     descriptor = os.open(os.path.join(path, "wal"), os.O_RDONLY)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -163,7 +168,13 @@ def megabytes(size: int) -> str:
 
 
 def read_metadata(directory: str) -> dict[str, Any]:
-    """The collection metadata kept in the shard directory ``directory``; empty when none."""
+    """The collection metadata kept in the shard directory ``directory``; empty when none.
+
+    Raises:
+        InvalidInputError: The metadata file is not valid JSON, or not a JSON object.
+        OSError: The file cannot be read (``NotADirectoryError`` when ``directory`` is a
+            file).
+    """
     path = os.path.join(directory, METADATA_FILE)
     try:
         with open(path, encoding="utf-8") as file:
@@ -180,7 +191,12 @@ def read_metadata(directory: str) -> dict[str, Any]:
 
 def refuse_foreign_directory(path: str) -> None:
     """Refuse to create a shard in a directory that holds something else (say, a
-    qdrant-client local-mode store): the two would be mixed up."""
+    qdrant-client local-mode store): the two would be mixed up.
+
+    Raises:
+        MemoryStorePathError: ``path`` is a file.
+        InvalidInputError: ``path`` is a directory holding anything but a metadata file.
+    """
     if os.path.isfile(path):
         raise MemoryStorePathError(f"{path} is a file, not a Qdrant Edge shard directory")
     if not os.path.isdir(path):
@@ -232,7 +248,14 @@ def read_only_error(path: str) -> MemoryStoreReadOnlyError:
 def check_space(path: str, loaded_from: str, needed: int, what: str) -> None:
     """:class:`MemoryStoreFullError` unless the disk holding ``loaded_from`` (the shard at
     ``path`` or its temporary copy) has ``needed`` bytes free (Edge would die of SIGBUS
-    writing an mmap'd page the disk cannot back)."""
+    writing an mmap'd page the disk cannot back).
+
+    Args:
+        what: What the space is for, ending the message (``"to delete"``).
+
+    Raises:
+        MemoryStoreFullError: Fewer than ``needed`` bytes free.
+    """
     free = free_bytes(loaded_from)
     if free < needed:
         raise MemoryStoreFullError(
@@ -244,7 +267,13 @@ def check_space(path: str, loaded_from: str, needed: int, what: str) -> None:
 
 def write_metadata(path: str, record: dict[str, Any]) -> None:
     """Write ``record`` (JSON) as the collection metadata of the shard directory ``path``,
-    atomically."""
+    atomically.
+
+    Raises:
+        InvalidInputError: ``record`` is not JSON (a value JSON cannot hold, NaN and
+            infinity included).
+        OSError: The file cannot be written (a full disk included).
+    """
     try:
         text = json.dumps(record, indent=2, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as error:
@@ -273,6 +302,8 @@ def opened_shard(path: str, open_shard: Any, *args: Any) -> Any:
         MemoryStoreReadOnlyError: the shard's directory is on a read-only filesystem.
         MemoryStoreFullError: the disk is full.
         MemoryStoreDamagedError: loading failed on a missing, truncated or foreign file.
+        Exception: Edge's own error, as is, for anything else (``Permission denied``, or
+            any failure to create a shard).
     """
     if read_only(args[0]):
         raise read_only_error(path) from None

@@ -28,7 +28,11 @@ BATCH = 256
 
 
 def point_id(node_id: str) -> str:
-    """``node_id`` if it is a UUID (Edge stores points under UUIDs or integers only)."""
+    """``node_id`` if it is a UUID (Edge stores points under UUIDs or integers only).
+
+    Raises:
+        InvalidInputError: ``node_id`` is not a UUID.
+    """
     try:
         uuid.UUID(str(node_id))
     except ValueError:
@@ -41,7 +45,12 @@ def point_id(node_id: str) -> str:
 
 def node_point(node: BaseNode, *, flat_metadata: bool) -> tuple[str, list[float], dict[str, Any]]:
     """``node`` as an Edge point ``(id, vector, payload)``, its payload as ``QdrantVectorStore``
-    writes it."""
+    writes it.
+
+    Raises:
+        InvalidInputError: The node's id is not a UUID, it has no embedding, or its metadata
+            is not JSON.
+    """
     identifier = point_id(node.node_id)
     if node.embedding is None:
         raise InvalidInputError(f"node {node.node_id} has no embedding")
@@ -59,7 +68,11 @@ def point_selection(
     node_ids: Optional[list[str]], filters: Optional[MetadataFilters]
 ) -> Optional[edge.Filter]:
     """The filter selecting the points with these ids and/or matching ``filters`` (None:
-    every point)."""
+    every point).
+
+    Raises:
+        InvalidInputError: An id that is not a UUID, or a filter Edge cannot express.
+    """
     must: list[Any] = []
     if node_ids is not None:
         must.append(edge.HasIdCondition({point_id(node_id) for node_id in node_ids}))
@@ -69,7 +82,11 @@ def point_selection(
 
 
 def query_filter(query: VectorStoreQuery) -> Optional[edge.Filter]:
-    """The filter of ``query``: its ``doc_ids``, ``node_ids`` and ``filters`` (None: none)."""
+    """The filter of ``query``: its ``doc_ids``, ``node_ids`` and ``filters`` (None: none).
+
+    Raises:
+        InvalidInputError: A node id that is not a UUID, or a filter Edge cannot express.
+    """
     must: list[Any] = []
     if query.doc_ids:
         match = edge.MatchAny(list(query.doc_ids))

@@ -21,7 +21,10 @@ def memory_history(index: MemoryStore, node_id: str, *, user_id: Optional[str] =
     memories it supersedes and those superseding it, transitively, within its own user.
 
     An id that is not a memory (of ``user_id``, when given) raises
-    :class:`~llama_index_recency.storage.store.MemoryNotFoundError` naming it.
+    :class:`~llama_index_recency.errors.MemoryNotFoundError` naming it.
+
+    Raises:
+        MemoryNotFoundError: ``node_id`` is not a memory (of ``user_id``, when given).
     """
     start = get_memory(index, node_id, user_id=user_id)  # found under any spelling of the id
     owner = start.metadata.get(USER_ID_KEY)

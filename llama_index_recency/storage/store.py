@@ -3,8 +3,8 @@
 Where memories live, by what :func:`open_memory_index` is given:
 
 - ``path``: a Qdrant Edge shard under ``<path>/edge/<collection>`` (in-process, exact,
-  write-ahead logged). A directory written by 0.1.0 (qdrant-client's local mode) still
-  opens as it is, with a notice that ``llama-index-recency migrate`` moves it to Edge.
+  write-ahead logged). A qdrant-client local-mode store (written by 0.1.0) still opens as
+  it is, with a notice that ``llama-index-recency migrate`` moves it to Edge.
 - ``url``: a Qdrant server through qdrant-client (sync and async).
 - neither: an Edge shard in a temporary directory, deleted when the process exits.
 
@@ -101,18 +101,28 @@ def open_memory_index(
 ) -> VectorStoreIndex:
     """Open (creating if needed) the memory collection as a ``VectorStoreIndex``.
 
-    Where it lives: an embedded store at ``path`` (Qdrant Edge; a 0.1.0 store opens in
-    qdrant-client's local mode), a Qdrant server ``url``, ready ``client``/``aclient``
-    objects, or (none of these) a temporary Edge shard. Sync and async both work on
-    every engine; ``use_async`` only matters for a 0.1.0 store, whose local mode holds
-    one client (sync unless ``use_async=True``). Each node's metadata, the memory's
-    date included, is stored in the point's payload.
+    Where it lives: an embedded store at ``path`` (Qdrant Edge; a qdrant-client local-mode
+    store, written by 0.1.0, opens in that mode), a Qdrant server ``url``, ready
+    ``client``/``aclient`` objects, or (none of these) a temporary Edge shard. Sync and
+    async both work on every engine; ``use_async`` only matters for a local-mode store,
+    which holds one client (sync unless ``use_async=True``). Each node's metadata, the
+    memory's date included, is stored in the point's payload.
 
     The embedding's name (``embedding_name``, default ``embed_model.model_name``) and
     dimension (measured on one probe query) are recorded with the collection; a
-    collection recorded with another raises :class:`EmbeddingMismatchError`. A store
-    open in another process raises :class:`MemoryStoreLockedError`, a server that does not
-    answer :class:`MemoryStoreUnreachableError`.
+    collection recorded with another raises :class:`EmbeddingMismatchError`.
+
+    Raises:
+        InvalidInputError: ``collection_name`` is not a plain name; ``path`` and ``url``
+            both given; the collection's shard directory holds something else.
+        MemoryStorePathError: ``path`` is a file, not a directory.
+        MemoryStoreLockedError: The embedded store is open in another process (or handle).
+        MemoryStoreDamagedError: The Edge shard cannot be loaded (a file missing or
+            truncated).
+        PermissionDeniedError: Edge is refused the shard's files.
+        MemoryStoreUnreachableError: The server at ``url`` does not answer.
+        EmbeddingMismatchError: The collection records another embedding model, or holds
+            vectors of another size.
     """
     check_collection_name(collection_name)
     identity = {
@@ -150,6 +160,17 @@ def open_memory_store(
     Nothing is created: a path or server without the collection raises
     :class:`MemoryStoreNotFoundError`, a server that does not answer
     :class:`MemoryStoreUnreachableError`. For listing, counting, forgetting and migrating.
+
+    Raises:
+        InvalidInputError: Neither ``path`` nor ``url`` given, or ``collection_name`` is not
+            a plain name.
+        MemoryStoreNotFoundError: The server has no such collection, or ``path`` holds
+            neither a local-mode store nor the collection's Edge shard (a local-mode store
+            is not checked for the collection).
+        MemoryStorePathError: ``path`` is a file, not a directory.
+        MemoryStoreLockedError: The embedded store is open in another process (or handle).
+        MemoryStoreDamagedError: The Edge shard cannot be loaded.
+        MemoryStoreUnreachableError: The server at ``url`` does not answer.
     """
     check_collection_name(collection_name)
     if url is not None:
@@ -204,10 +225,16 @@ def check_memory_store(
     """Fail fast, before any model loads: the store at ``path`` is locked, missing or a file,
     or (for a command that ``writes``) it can only be read.
 
-    Raises :class:`MemoryStoreLockedError` when another process holds it,
-    :class:`MemoryStoreNotFoundError` when ``must_exist`` and no store is there,
-    ``NotADirectoryError`` when ``path`` is a file, and :class:`MemoryStoreReadOnlyError`
-    or :class:`MemoryStoreFullError` when ``writes`` and its disk cannot load it for writing.
+    Raises:
+        MemoryStoreLockedError: Another process holds the store.
+        MemoryStoreNotFoundError: ``must_exist`` and no store is there.
+        MemoryStorePathError: ``path`` is a file, not a directory.
+        MemoryStoreReadOnlyError: ``writes`` and the Edge store is on a read-only
+            filesystem.
+        MemoryStoreFullError: ``writes`` and the Edge store's disk is too full to load it
+            for writing.
+        InvalidInputError: ``collection_name`` is not a plain name, or the collection's
+            shard directory holds something else.
     """
     root = Path(path)
     if root.is_file():
@@ -265,14 +292,23 @@ def get_memories(
     user_id: Optional[str] = None,
 ) -> list[BaseNode]:
     """The memories with these ids AND matching ``filters`` AND of ``user_id`` (none given:
-    all), newest first (undated last), embeddings included."""
+    all), newest first (undated last), embeddings included.
+
+    Raises:
+        InvalidInputError: On Qdrant Edge, an id that is not a UUID.
+    """
     if user_id is not None:
         filters = memory_scope(user_id=user_id, filters=filters)
     return sorted(select_nodes(vector_store_of(index), ids, filters), key=_newest_first)
 
 
 def get_memory(index: MemoryStore, node_id: str, *, user_id: Optional[str] = None) -> BaseNode:
-    """The memory ``node_id`` (of ``user_id`` when given); :class:`MemoryNotFoundError` if none."""
+    """The memory ``node_id`` (of ``user_id`` when given); :class:`MemoryNotFoundError` if none.
+
+    Raises:
+        MemoryNotFoundError: ``node_id`` is not a memory id (a UUID), or no memory (of
+            ``user_id``) has it.
+    """
     if not is_memory_id(node_id):
         raise MemoryNotFoundError(node_id, user_id)
     found = get_memories(index, [node_id], user_id=user_id)
@@ -320,7 +356,15 @@ def delete_memories(
     filters: Optional[MetadataFilters] = None,
 ) -> None:
     """Delete the memories with these ids AND matching ``filters``; one of them is required
-    (``filters`` without a condition select everything, so they do not count)."""
+    (``filters`` without a condition select everything, so they do not count).
+
+    Raises:
+        InvalidInputError: Neither ``ids`` nor ``filters`` with a condition given; on Qdrant
+            Edge, an id that is not a UUID.
+        MemoryStoreReadOnlyError: An Edge store read from a temporary copy (its filesystem
+            is read-only).
+        MemoryStoreFullError: An Edge store's disk is too full for the delete.
+    """
     if ids is None and not has_condition(filters):
         raise InvalidInputError(
             f"name the memories to delete: ids, filters with a condition, or both; "

@@ -14,13 +14,14 @@ Each line is an object with these fields, in this order::
   because the id is derived from it.
 - ``user_id``: the memory's user, ``null`` for none.
 - ``supersedes``: the ids of the earlier memories it updates, sorted, ``[]`` for none.
-  The back links of stores made by 0.2.0 (``superseded_by`` on the older memory) are
-  written the other way round: B listed in A's ``superseded_by`` puts A in B's ``supersedes``. A link to another
-  user's memory (never followed, and refused by every write since) is left out.
+  The back link ``superseded_by`` older stores carry (on the older memory; written by
+  0.2.0) is written the other way round: B listed in A's ``superseded_by`` puts A in B's
+  ``supersedes``. A link to another user's memory (never followed, and refused by every
+  write since) is left out.
 - ``metadata``: the rest of the metadata (``key``, ``kind``, …), without the fields above.
 - ``embedding_model`` and ``embedding`` (``with_embeddings=True`` only): the store's
   recorded embedding identity (``{"model": name, "dimensions": n}``, see
-  :data:`~llama_index_recency.storage.store.EMBEDDING_METADATA_KEY`) and the memory's vector,
+  :data:`~llama_index_recency.storage.metadata.EMBEDDING_METADATA_KEY`) and the memory's vector,
   written with 9 significant digits, which restore the stored float32 values exactly.
   Every line carries its own identity, so files can be concatenated or filtered.
 
@@ -85,8 +86,13 @@ def memory_lines(
     """The lines :func:`export_memories` writes (each without its newline), newest first.
 
     The memories are read (and checked: each must have a readable date its text starts
-    with, as :func:`~llama_index_recency.records.nodes.memory_node` makes it) before the first line
-    is yielded; a memory that is not raises ``ValueError`` naming it.
+    with, as :func:`~llama_index_recency.records.nodes.memory_node` makes it) before the first
+    line is yielded; a memory that is not raises :class:`InvalidInputError` naming it.
+
+    Raises:
+        InvalidInputError: A memory without a readable date its text starts with;
+            ``with_embeddings`` on a store that records no embedding model, or a memory
+            whose vector is not of the recorded dimension (raised as its line is due).
     """
     nodes = get_memories(index, user_id=user_id)
     identity = embedding_identity(index) if with_embeddings else None
@@ -99,7 +105,7 @@ def memory_lines(
     if outside:
         owners.update((node.node_id, node.metadata.get(USER_ID_KEY))
                       for node in get_memories(index, outside))
-    newer: dict[str, set[str]] = {}  # back links (stores made by 0.2.0), turned round: newer id -> older ids
+    newer: dict[str, set[str]] = {}  # superseded_by back links, turned round: newer -> older
     for node in nodes:
         for successor in linked_ids(node, SUPERSEDED_BY_KEY):
             if successor in owners:
@@ -167,6 +173,10 @@ def export_memories(
 
     The file is written atomically (:func:`write_memory_file`): a failure leaves ``path``
     as it was.
+
+    Raises:
+        InvalidInputError: A memory that cannot be exported (:func:`memory_lines`).
+        OSError: ``path`` cannot be written.
     """
     return write_memory_file(path, memory_lines(index, user_id=user_id,
                                                 with_embeddings=with_embeddings))
@@ -181,6 +191,10 @@ def write_memory_file(path: str | os.PathLike[str], lines: Iterable[str]) -> int
     They go to a temporary file beside ``path`` (readable by its owner only: memories are
     personal), which is synced and then renamed over ``path``; any failure (a line that
     cannot be made, a full disk) removes it and leaves ``path`` as it was.
+
+    Raises:
+        OSError: The file cannot be written (no such directory, a full disk); an error
+            from ``lines`` passes through as is.
     """
     path = Path(path)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
@@ -227,6 +241,11 @@ def import_memories(
     :func:`~llama_index_recency.writing.updates.insert_memories` (idempotent, links united with
     what a memory already has, batches, ``on_progress``, ``PartialWriteError`` with the
     exact count stored when a batch fails).
+
+    Raises:
+        MemoryFileError: A line that cannot be imported, named; nothing was stored.
+        PartialWriteError: A batch failed; it says how many memories were stored.
+        OSError: ``path`` cannot be read.
     """
     nodes = read_memory_file(path).checked_for(index, replace=replace)
     return len(insert_memories(index, nodes, on_progress=on_progress).new)

@@ -96,10 +96,15 @@ def insert_memories(
     A memory already stored keeps what it had (its metadata, merged under the new; its
     links, united; ``nodes`` are updated in place to what is stored) and is skipped when
     nothing changes, so rerunning a write is free. A
-    memory superseding another user's raises ValueError before anything is written. Nodes
-    without an embedding are embedded with the index's model, in batches (an embedding
-    error raises as is, before anything is stored), then stored in batches; a failed
-    batch raises :class:`PartialWriteError` with the exact number stored.
+    memory superseding another user's raises :class:`InvalidInputError` before anything is
+    written. Nodes without an embedding are embedded with the index's model, in batches (an
+    embedding error raises as is, before anything is stored), then stored in batches; a
+    failed batch raises :class:`PartialWriteError` with the exact number stored.
+
+    Raises:
+        InvalidInputError: A memory superseding another user's, or other text under a
+            stored memory's id; nothing is written.
+        PartialWriteError: A batch failed; it says how many memories were stored.
     """
     with _WRITES:
         for node in nodes:
@@ -246,7 +251,15 @@ def update_memory(
     """Store a new version of memory ``node_id`` and return it: a memory with fact ``text``
     dated ``memory_date``, owned by the old one's user, that supersedes it (the old one is
     kept, so its history is too). ``node_options`` go to :func:`memory_node`
-    (``user_name``, ``metadata``, ``allow_future``, ...)."""
+    (``user_name``, ``metadata``, ``allow_future``, ...).
+
+    Raises:
+        MemoryNotFoundError: No memory ``node_id`` (of ``user_id``, when given).
+        InvalidInputError: A date before the old memory's, or a fact or date
+            :func:`memory_node` refuses.
+        FutureMemoryDateError: A date after tomorrow, without ``allow_future=True``.
+        PartialWriteError: The new memory could not be stored.
+    """
     old = get_memory(index, node_id, user_id=user_id)
     new = memory_node(text, memory_date, user_id=old.metadata.get(USER_ID_KEY),
                       supersedes=[old.node_id], **node_options)
@@ -279,6 +292,13 @@ def forget(
     B of A → B → C makes C supersede A, so A still leads to the newest fact. Forgetting a
     whole user (``user_id`` alone) also drops that user's conversations still waiting in
     the store's outbox, so a memory block does not write them back.
+
+    Raises:
+        InvalidInputError: No condition given, or a ``before`` that is not a readable date.
+        MemoryStoreReadOnlyError: An Edge store read from a temporary copy (its filesystem
+            is read-only).
+        MemoryStoreFullError: An Edge store's disk is too full to rewrite the links or
+            delete.
     """
     scope = memory_scope(user_id=user_id, before=before, filters=filters)
     if ids is None and scope is None:
@@ -320,7 +340,8 @@ aforget = in_thread(forget)
 
 
 def _naming(ids: list[str]) -> MetadataFilters:
-    """The memories whose links (``supersedes``, or 0.2.0's ``superseded_by``) name one of ``ids``."""
+    """The memories whose links name one of ``ids``: ``supersedes``, or the back link
+    ``superseded_by`` older stores carry."""
     return MetadataFilters(
         filters=[MetadataFilter(key=key, operator=FilterOperator.IN, value=ids)
                  for key in (SUPERSEDES_KEY, SUPERSEDED_BY_KEY)],
