@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Optional
 from dataclasses import replace
 import json
 from pathlib import Path
@@ -298,9 +299,11 @@ def shipped(model_name: str) -> RecencyPolicy:
     return RecencyPolicy(**CALIBRATED_POLICIES[model_name], reference_date=EXAMPLE_REFERENCE_DATE)
 
 
-def assert_clean(retrieved: list[RetrievedCandidates], policy: RecencyPolicy) -> None:
+def assert_clean(retrieved: list[RetrievedCandidates], policy: RecencyPolicy,
+                 newer_first: Optional[tuple[str, ...]] = None) -> None:
     """Every target reaches the threshold and the prompt, no hit-free question lets a memory
-    in, and the newer memory comes first on every contradiction question."""
+    in, and the newer memory comes first on the contradiction questions ``newer_first`` names
+    (default: every one)."""
     result = calibrate(retrieved, policy, [(policy.weight, policy.tau_days)]).results[0]
     assert result.failed == ()
     assert all(score.final >= policy.threshold for score in result.targets)
@@ -310,21 +313,30 @@ def assert_clean(retrieved: list[RetrievedCandidates], policy: RecencyPolicy) ->
         assert set(item.question.targets) <= {n.node.metadata["key"] for n in kept}
         if not item.question.targets:
             assert kept == (), item.question.id
-        if item.question.kind == "contradiction":
+        if item.question.kind == "contradiction" and (
+                newer_first is None or item.question.id in newer_first):
             assert kept[0].node.metadata["key"] == item.question.targets[0], item.question.id
 
 
+@pytest.mark.parametrize("machine", ["e5", "e5_other_machine"])
 @pytest.mark.parametrize("lang", ["en", "ja"])
-def test_e5_calibration_of_each_bundled_set_adopts_a_clean_policy(bundled_e5, lang) -> None:
-    """The labelled fit in cosine units (how a new model is calibrated): every target passes,
-    no hit-free question does, the newer memory comes first, all clear of machine noise."""
-    retrieved = bundled_e5[lang]
+def test_e5_calibration_of_each_bundled_set_adopts_a_clean_policy(
+        request: pytest.FixtureRequest, machine: str, lang: str) -> None:
+    """The labelled fit in cosine units (how a new model is calibrated), here and with every
+    vector moved as another CPU moves it: every target passes, no hit-free question does, all
+    clear of machine noise, and the bonus keeps a recency effect: the newer memory first on
+    the contradiction questions of the fit's choice (how many depends on which candidates
+    clear the noise margin on this machine: ja's C1 does only with a 2-sd bonus, by ~0.0003)."""
+    retrieved = retrieve_all(request.getfixturevalue(machine), example_memories(lang=lang),
+                             example_questions(lang))
     result = fit_policy(top8(retrieved), EXAMPLE_POLICY, raw_cosine_sd(retrieved))
     adopted = result.adopted
     assert adopted is not None
     assert adopted.fit.margin >= NOISE_MARGIN
-    assert adopted.newer_first == ("C1", "C2")
-    assert_clean(top8(retrieved), result.policy(EXAMPLE_POLICY))
+    assert "C2" in adopted.newer_first
+    assert len(adopted.newer_first) == max(len(c.newer_first) for c in result.candidates
+                                           if c.passed)
+    assert_clean(top8(retrieved), result.policy(EXAMPLE_POLICY), adopted.newer_first)
 
 
 def test_a_candidate_passing_by_less_than_machine_noise_is_not_adopted() -> None:
