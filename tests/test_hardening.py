@@ -124,7 +124,7 @@ import sys
 sys.path.insert(0, {str(TESTS)!r})
 from test_hardening import numbered_memories
 from llama_index_recency import open_memory_index
-from llama_index_recency.storage.store import MemoryStoreLockedError
+from llama_index_recency.errors import MemoryStoreLockedError
 NODES, EMBED = numbered_memories()
 """
 
