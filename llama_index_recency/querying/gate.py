@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import date
 from typing import Any, Optional
@@ -233,7 +234,8 @@ def refit_store_gate(
     memories of its last fit, or (``check``) the current gate lets more than the share of
     the bank in. Returns the fit (None: not due); a fit whose
     :attr:`~llama_index_recency.fitting.gate_fit.GateFit.refused` says why is logged and not
-    saved, the previous gate stays. One fit at a time per store.
+    saved, the previous gate stays. One fit at a time per store; a fit that failed is not tried
+    again in this process until the store's size changes.
 
     Raises:
         MemoryStoreReadOnlyError: The fit is due but an Edge store read from a temporary
@@ -247,22 +249,38 @@ def refit_store_gate(
         metadata = collection_metadata(vectors)
         if has_saved_policy(metadata) or memories < min_memories:
             return None
-        policy = index_policy(metadata)
-        best = None
-        if not due_by_size(metadata, min_memories, memories, ratio):
-            if not check:
-                return None
-            best = offtopic_best(vectors, embed_model, policy)
-            if not fit_gate(best, margin=noise_margin(policy)).lets_too_many_in(policy):
-                return None
-        best = best or offtopic_best(vectors, embed_model, policy)
-        fit = fit_gate(best, margin=noise_margin(policy))
-        if fit.refused:
-            logger.warning("%s; the gate stays %s", fit.refused, policy.threshold_origin)
-            save_gate_refusal(vectors, policy.relevance, memories)
-            return fit
-        save_gate_fit(vectors, policy.relevance, fit.thresholds, memories, today or date.today())
+        if memories in _FAILED_FITS.get(id(vectors), ()):
+            return None
+        try:
+            return _fit_and_save(vectors, embed_model, metadata, memories, min_memories, ratio,
+                                 check, today)
+        except Exception:
+            if id(vectors) not in _FAILED_FITS:  # forgotten with the store object
+                weakref.finalize(vectors, _FAILED_FITS.pop, id(vectors), None)
+            _FAILED_FITS.setdefault(id(vectors), set()).add(memories)
+            raise
+
+
+def _fit_and_save(vectors: MemoryVectorStore, embed_model: BaseEmbedding,
+                  metadata: Mapping[str, Any], memories: int, min_memories: int, ratio: float,
+                  check: bool, today: Optional[date]) -> Optional[GateFit]:
+    """The body of :func:`refit_store_gate`, under its lock."""
+    policy = index_policy(metadata)
+    best = None
+    if not due_by_size(metadata, min_memories, memories, ratio):
+        if not check:
+            return None
+        best = offtopic_best(vectors, embed_model, policy)
+        if not fit_gate(best, margin=noise_margin(policy)).lets_too_many_in(policy):
+            return None
+    best = best or offtopic_best(vectors, embed_model, policy)
+    fit = fit_gate(best, margin=noise_margin(policy))
+    if fit.refused:
+        logger.warning("%s; the gate stays %s", fit.refused, policy.threshold_origin)
+        save_gate_refusal(vectors, policy.relevance, memories)
         return fit
+    save_gate_fit(vectors, policy.relevance, fit.thresholds, memories, today or date.today())
+    return fit
 
 
 def due_by_size(metadata: Mapping[str, Any], min_memories: int, memories: int,
@@ -278,6 +296,11 @@ def due_by_size(metadata: Mapping[str, Any], min_memories: int, memories: int,
              if record and record.get("relevance") == units]
     return refit_due(memories, max(tried, default=None), min_memories, ratio)
 
+
+_FAILED_FITS: dict[int, set[int]] = {}
+"""Per store object alive in this process, the sizes at which its due fit failed (a store that
+cannot save it, a full disk): not tried again until the store's size changes, so a read-only
+store is not fitted at every question."""
 
 _FIT_LOCKS: dict[int, threading.Lock] = {}
 _FIT_LOCKS_GUARD = threading.Lock()
