@@ -240,10 +240,10 @@ def test_a_local_mode_store_refits_in_the_question_that_finds_it_due(e5, caplog)
 def test_a_server_store_is_read_once_per_interval(
     e5, monkeypatch
 ) -> None:
-    from llama_index_recency.integrations import retriever as module
+    from llama_index_recency.querying import gate as module
 
     now = [1000.0]
-    monkeypatch.setattr(module, "_clock", lambda: now[0])
+    monkeypatch.setattr(module, "clock", lambda: now[0])
     index = open_memory_index(e5, client=QdrantClient(location=":memory:"))
     retriever = QdrantRecencyRetriever.from_index(index, min_fit_memories=4)  # every 60 s
     assert retriever.explain(QUESTION).threshold_origin == "shipped"  # read now: empty

@@ -8,9 +8,17 @@ from datetime import date, datetime, timedelta, timezone
 
 import pytest
 from conftest import KnownCosineEmbedding, cosines_for
-from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.bridge.pydantic import PrivateAttr
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
-from llama_index_recency import RecencyBonusPostprocessor, memory_node, open_memory_index
+from llama_index_recency import (
+    RecencyBonusPostprocessor,
+    index_policy,
+    memory_node,
+    open_memory_index,
+)
+from llama_index_recency.storage import save_gate_fit
 from llama_index_recency.ranking.policy import MemoryDateError
 
 SEED_TODAY = "2026-09-10"
@@ -322,3 +330,82 @@ async def test_async_path_matches_sync(seed_postprocessor: RecencyBonusPostproce
     assert [(n.node.node_id, n.score) for n in asynchronous] == [
         (n.node.node_id, n.score) for n in sync
     ]
+
+
+# --- on a memory index: from_index -----------------------------------------------------------
+
+
+class CountingEmbedding(BaseEmbedding):
+    """``inner`` under its own name, counting the memories (not questions) it embeds."""
+
+    texts: int = 0
+    _inner: BaseEmbedding = PrivateAttr()
+
+    def __init__(self, inner: BaseEmbedding) -> None:
+        super().__init__(model_name=inner.model_name)
+        self._inner = inner
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self._inner.get_query_embedding(query)
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._get_query_embedding(query)
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        self.texts += 1
+        return self._inner.get_text_embedding(text)
+
+
+COFFEE = [("Taro drinks coffee black, without sugar or milk.", "2026-08-20"),
+          ("Taro has been drinking sweet café au lait lately.", "2026-09-01"),
+          ("Taro made mentaiko pasta at home.", "2026-09-08")]
+
+
+@pytest.fixture
+def counted_index(e5, tmp_path):
+    embed = CountingEmbedding(e5)
+    index = open_memory_index(embed, path=tmp_path / "store")
+    index.insert_nodes([memory_node(fact, day) for fact, day in COFFEE])
+    embed.texts = 0
+    return index, embed
+
+
+def test_from_index_ranks_with_the_store_policy_and_embeds_no_memory(counted_index) -> None:
+    """The headline path: a plain top-8 retriever, then the postprocessor on the same index.
+    It ranks with the store's policy (newer versions first included), and reads the
+    candidates' vectors from the store: not one memory is embedded during a question."""
+    index, embed = counted_index
+    recency = RecencyBonusPostprocessor.from_index(index, reference_date=SEED_TODAY)
+    shipped = index_policy(index, reference_date=SEED_TODAY)
+    assert recency.threshold == shipped.threshold
+    assert recency.language_thresholds == shipped.language_thresholds
+    assert recency.supersede_margin == shipped.supersede_margin is not None
+    candidates = index.as_retriever(similarity_top_k=8).retrieve("How do I take my coffee these days?")
+    assert all(not n.node.embedding for n in candidates)  # LlamaIndex returns payloads only
+    ranking = recency.explain(candidates, QueryBundle("How do I take my coffee these days?"))
+    assert embed.texts == 0
+    assert ranking.rows[0].text.endswith("sweet café au lait lately.")  # the newer version
+
+
+def test_from_index_adopts_a_gate_saved_after_it_was_made(counted_index) -> None:
+    index, _ = counted_index
+    recency = RecencyBonusPostprocessor.from_index(index, reference_date=SEED_TODAY)
+    assert recency.threshold_origin == "shipped"
+    save_gate_fit(index, "cosine", {"en": 0.5, "ja": 0.6}, 3, date(2026, 9, 10))
+    recency.explain(index.as_retriever(similarity_top_k=8).retrieve("coffee?"),
+                    QueryBundle("coffee?"))
+    assert recency.language_thresholds == {"en": 0.5, "ja": 0.6}
+    assert recency.reference_date == SEED_TODAY  # the override stays
+
+
+def test_from_index_embeds_only_candidates_from_elsewhere_and_says_so_once(
+        counted_index, caplog) -> None:
+    index, embed = counted_index
+    recency = RecencyBonusPostprocessor.from_index(index, reference_date=SEED_TODAY)
+    stranger = NodeWithScore(node=TextNode(text="Taro drinks tea.", metadata={
+        "date": "2026-09-09"}), score=0.8)
+    for _ in range(2):
+        candidates = index.as_retriever(similarity_top_k=8).retrieve("coffee?") + [stranger]
+        recency.explain(candidates, QueryBundle("coffee?"))
+    assert embed.texts == 2  # the stranger, once per question; no stored memory
+    assert len([r for r in caplog.records if "not in the store" in r.getMessage()]) == 1

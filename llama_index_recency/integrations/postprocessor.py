@@ -3,19 +3,31 @@
 from __future__ import annotations
 
 import logging
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, model_validator
+from llama_index.core.indices.vector_store import VectorStoreIndex
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.models.cohort import relevance_cohort
+from llama_index_recency.querying.gate import STORE_CHECK_SECONDS, StoreReads
 from llama_index_recency.ranking.news import about_the_news
 from llama_index_recency.ranking.ranked import RecencyRanking
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.supersession import newer_versions_first
+from llama_index_recency.records.nodes import is_memory_id
+from llama_index_recency.storage import (
+    MemoryVectorStore,
+    collection_metadata,
+    embedding_of,
+    index_policy,
+    policy_records,
+    stored_vectors,
+    vector_store_of,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +38,9 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
     Retrieve generously (``similarity_top_k=8``), then this keeps at most ``top_n``
     memories whose post-bonus score reaches ``threshold``; each returned node's score
     is its final score. :meth:`explain` shows the numbers behind the decision.
+
+    On a memory index, :meth:`from_index` makes the one to use: the store's whole policy,
+    its gate followed as it is refitted, and the candidates' vectors read from the store.
     """
 
     past_bonus_scale: float = Field(
@@ -51,6 +66,11 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
     )
 
     _warned_no_vectors: bool = PrivateAttr(default=False)
+    _warned_embedded: bool = PrivateAttr(default=False)
+    _store: Optional[MemoryVectorStore] = PrivateAttr(default=None)
+    _reads: Optional[StoreReads] = PrivateAttr(default=None)
+    _overrides: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _adopted: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _cohort_needs_the_model(self) -> "RecencyBonusPostprocessor":
@@ -64,6 +84,32 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
     @classmethod
     def class_name(cls) -> str:
         return "RecencyBonusPostprocessor"
+
+    @classmethod
+    def from_index(cls, index: VectorStoreIndex, *,
+                   check_store_every: float = STORE_CHECK_SECONDS,
+                   **overrides: Any) -> "RecencyBonusPostprocessor":
+        """The postprocessor for a memory index from ``open_memory_index``.
+
+        It ranks with the store's own policy (:func:`~llama_index_recency.storage.index_policy`:
+        calibrated and saved with it, else its model's shipped one, with the store's gate),
+        ``overrides`` on top (e.g. ``reference_date=``); it adopts a gate saved since (read at
+        every question on Edge, every ``check_store_every`` seconds on a server or local-mode
+        store), and reads the candidates' vectors from the store in one call instead of
+        embedding them again.
+
+        Raises:
+            InvalidSettingError: An override the policy refuses.
+            UnsupportedStoreError: The index's vector store is neither Qdrant Edge nor Qdrant.
+        """
+        store = vector_store_of(index.vector_store)
+        own = {name: overrides.pop(name) for name in ("past_bonus_scale",) if name in overrides}
+        metadata = collection_metadata(store)
+        made = cls(**dict(index_policy(metadata, **overrides)), embed_model=embedding_of(index),
+                   **own)
+        made._store, made._reads = store, StoreReads(store, check_store_every)
+        made._overrides, made._adopted = overrides, policy_records(metadata)
+        return made
 
     def explain(
         self,
@@ -80,6 +126,7 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
             MemoryDateError: A candidate without a usable date, with
                 ``on_missing_date='raise'``.
         """
+        self._follow_store()
         policy = self if query_bundle is None else self.for_question(query_bundle.query_str)
         if self.relevance == "cohort":
             nodes = self._cohort_scaled(nodes, query_bundle)
@@ -91,25 +138,49 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
             ranking = newer_versions_first(ranking, self._with_vectors(nodes), policy, reference)
         return ranking if query_bundle is None else about_the_news(ranking, query_bundle.query_str)
 
+    def _follow_store(self) -> None:
+        """From :meth:`from_index`: adopt the store's policy when its saved records changed
+        (a gate fitted or a policy saved since), ``overrides`` still on top."""
+        if self._store is None or self._reads is None or not self._reads.due():
+            return
+        metadata = collection_metadata(self._store)
+        records = policy_records(metadata)
+        if records != self._adopted:
+            adopted = index_policy(metadata, **self._overrides)
+            for name in type(adopted).model_fields:
+                setattr(self, name, getattr(adopted, name))
+            self._adopted = records
+
     def _with_vectors(self, nodes: List[NodeWithScore]) -> List[NodeWithScore]:
-        """The candidates with embeddings: their own, else computed by ``embed_model``; without
-        either, versions are not compared (logged once)."""
-        missing = [n for n in nodes if not n.node.embedding]
+        """The candidates with embeddings: their own, else the store's (from :meth:`from_index`,
+        one read), else computed by ``embed_model`` (logged once); without any, versions are
+        not compared (logged once)."""
+        missing = [n.node.node_id for n in nodes if not n.node.embedding]
         if not missing:
             return nodes
-        if self.embed_model is None:
+        filled: dict[str, List[float]] = {}
+        if self._store is not None:
+            filled = stored_vectors(self._store, [i for i in missing if is_memory_id(i)])
+        elsewhere = [n for n in nodes if not n.node.embedding and not filled.get(n.node.node_id)]
+        if elsewhere and self.embed_model is None:
             if not self._warned_no_vectors:
                 self._warned_no_vectors = True
                 logger.warning("supersede_margin is set but %d candidates carry no embedding "
                                "and no embed_model is given: newer versions are not placed "
-                               "first (not reported again)", len(missing))
-            return [n for n in nodes if n.node.embedding]
-        texts = [n.node.get_content(metadata_mode=MetadataMode.EMBED) for n in missing]
-        vectors = self.embed_model.get_text_embedding_batch(texts)
-        filled = {n.node.node_id: vector for n, vector in zip(missing, vectors, strict=True)}
+                               "first (not reported again)", len(elsewhere))
+        elif elsewhere:
+            assert self.embed_model is not None
+            if self._store is not None and not self._warned_embedded:
+                self._warned_embedded = True
+                logger.warning("%d candidates are not in the store: embedded again to compare "
+                               "versions (not reported again)", len(elsewhere))
+            texts = [n.node.get_content(metadata_mode=MetadataMode.EMBED) for n in elsewhere]
+            vectors = self.embed_model.get_text_embedding_batch(texts)
+            filled.update((n.node.node_id, vector)
+                          for n, vector in zip(elsewhere, vectors, strict=True))
         return [n if n.node.embedding else NodeWithScore(
             node=n.node.model_copy(update={"embedding": filled[n.node.node_id]}), score=n.score)
-            for n in nodes]
+            for n in nodes if n.node.embedding or filled.get(n.node.node_id)]
 
     def _cohort_scaled(
         self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle]

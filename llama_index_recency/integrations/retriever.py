@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from typing import Any, List, Optional
 
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -32,7 +31,13 @@ from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.storage import QdrantEdgeVectorStore
 from llama_index_recency.storage import has_async_client, is_local
 from llama_index_recency.querying.exact import ExactSearch
-from llama_index_recency.querying.gate import Refit, due_by_size, refit_store_gate
+from llama_index_recency.querying.gate import (
+    STORE_CHECK_SECONDS,
+    Refit,
+    StoreReads,
+    due_by_size,
+    refit_store_gate,
+)
 from llama_index_recency.ranking.events import dispatch_ranking
 from llama_index_recency.storage import memory_scope
 from llama_index_recency.records.nodes import SeveralUsersWarning
@@ -48,7 +53,6 @@ from llama_index_recency.storage import (
     count_memories,
     embedding_of,
     index_policy,
-    MemoryVectorStore,
     policy_records,
 )
 from llama_index_recency.ranking.vague import VAGUE_WINDOW_DAYS
@@ -56,14 +60,6 @@ from llama_index_recency.ranking.vague import VAGUE_WINDOW_DAYS
 logger = logging.getLogger(__name__)
 
 _OPEN = -1e9  # a threshold every memory passes: the search then returns the best one
-
-STORE_CHECK_SECONDS = 60.0
-"""How often a retriever over a Qdrant server or qdrant-client's local mode reads the store's
-saved gate and size (its collection metadata and count); an in-process Edge store is read at
-every question."""
-
-_clock = time.monotonic  # the throttle's clock, one name for tests to move
-
 
 class QdrantRecencyRetriever(BaseRetriever):
     """Retrieve memories ranked by ``cosine + weight * exp(-age_days / tau_days)``, exactly.
@@ -134,8 +130,7 @@ class QdrantRecencyRetriever(BaseRetriever):
         if not 0 <= check_store_every < float("inf"):
             raise InvalidInputError(
                 f"check_store_every must be >= 0 seconds, got {check_store_every!r}")
-        self._check_every = check_store_every
-        self._checked: Optional[float] = None  # when a server store was last read (monotonic)
+        self._reads = StoreReads(self._search.vector_store, check_store_every)
 
     @classmethod
     def from_index(
@@ -231,7 +226,7 @@ class QdrantRecencyRetriever(BaseRetriever):
         refit when the store grew enough for one: on a background thread, but in this
         thread for qdrant-client's local mode, which is not safe to use from two threads."""
         store = self._search.vector_store
-        if not self._follows_store or not (read_now or self._store_read_due(store)):
+        if not self._follows_store or not (read_now or self._reads.due()):
             return
         metadata = collection_metadata(store)
         records = policy_records(metadata)
@@ -249,19 +244,6 @@ class QdrantRecencyRetriever(BaseRetriever):
                              background=not inline)
         if inline:
             self._follow_store(read_now=True)  # adopt it for this question already
-
-    def _store_read_due(self, store: MemoryVectorStore) -> bool:
-        """Whether to read the store's gate and size now: an Edge store always (in process),
-        a server or local-mode store every ``check_store_every`` seconds, async-only never."""
-        if isinstance(store, QdrantEdgeVectorStore):
-            return True
-        if store.client is None:
-            return False
-        now = _clock()
-        if self._checked is not None and now - self._checked < self._check_every:
-            return False
-        self._checked = now
-        return True
 
 
 def _bundle(query: QueryType) -> QueryBundle:

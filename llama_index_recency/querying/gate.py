@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import date
@@ -47,6 +48,7 @@ from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.vague import VAGUE_WINDOW_DAYS
 from llama_index_recency.storage import memory_scope
 from llama_index_recency.storage import (
+    QdrantEdgeVectorStore,
     collection_metadata,
     count_memories,
     embedding_identity,
@@ -71,6 +73,8 @@ __all__ = [
     "MIN_FIT_MEMORIES",
     "NOISE_MARGIN",
     "REFIT_RATIO",
+    "STORE_CHECK_SECONDS",
+    "StoreReads",
     "GateFit",
     "calibrate_gate",
     "check_gate",
@@ -295,6 +299,37 @@ def due_by_size(metadata: Mapping[str, Any], min_memories: int, memories: int,
     tried = [record["memories"] for record in (gate_record(metadata), gate_refusal(metadata))
              if record and record.get("relevance") == units]
     return refit_due(memories, max(tried, default=None), min_memories, ratio)
+
+
+STORE_CHECK_SECONDS = 60.0
+"""How often a reader following a Qdrant server or qdrant-client's local-mode store reads its
+saved gate and size (its collection metadata and count); an in-process Edge store is read at
+every question."""
+
+clock = time.monotonic
+"""The clock :class:`StoreReads` throttles by (one name, for tests to move)."""
+
+
+class StoreReads:
+    """When a reader following a store's gate reads the store: an Edge store at every question
+    (in process, microseconds), a server or local-mode store every ``every`` seconds, a store
+    with only an async client never (its reads would block the event loop)."""
+
+    def __init__(self, store: MemoryVectorStore, every: float = STORE_CHECK_SECONDS) -> None:
+        self._store, self._every = store, every
+        self._last: Optional[float] = None
+
+    def due(self) -> bool:
+        """Whether to read the store now (then the next read waits ``every`` seconds)."""
+        if isinstance(self._store, QdrantEdgeVectorStore):
+            return True
+        if self._store.client is None:
+            return False
+        now = clock()
+        if self._last is not None and now - self._last < self._every:
+            return False
+        self._last = now
+        return True
 
 
 _FAILED_FITS: dict[int, set[int]] = {}

@@ -61,6 +61,7 @@ from llama_index_recency.storage.engine import (
     is_local,
     payload_indexes,
     run_search,
+    stored_vectors,
     sync_client,
 )
 from llama_index_recency.storage.edge import (
@@ -122,6 +123,7 @@ __all__ = [
     "save_gate_fit",
     "save_gate_refusal",
     "save_policy",
+    "stored_vectors",
     "sync_client",
     "to_edge_filter",
     "to_qdrant_filter",

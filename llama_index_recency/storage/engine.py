@@ -4,7 +4,7 @@ Qdrant Edge, a Qdrant server or qdrant-client's local mode, its results as score
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from llama_index.core.schema import BaseNode, NodeWithScore
 from llama_index.core.vector_stores.types import (
@@ -19,6 +19,8 @@ from llama_index_recency.models.cohort import QueryScale
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.records.nodes import SUPERSEDES_KEY, USER_ID_KEY
 from llama_index_recency.ranking.plan import MemorySearch
+from llama_index_recency.storage.edge import QdrantEdgeVectorStore
+from llama_index_recency.storage.edge_points import point_id
 from llama_index_recency.storage.store import qdrant_selection
 
 
@@ -42,6 +44,24 @@ async def arun_search(store: BasePydanticVectorStore, search: MemorySearch,
     if search.with_vectors and (missing := _missing_vectors(results)):
         _attach_vectors(results, await store.aget_nodes(node_ids=missing))
     return results
+
+
+def stored_vectors(store: BasePydanticVectorStore, ids: Sequence[str]) -> dict[str, list[float]]:
+    """The stored vectors of the memories ``ids`` (UUID strings) that ``store`` holds, by id,
+    in one call and without their payloads: what a candidate retrieved without its vector
+    needs, never embedded again."""
+    if not ids:
+        return {}
+    if isinstance(store, QdrantEdgeVectorStore):
+        shard = store.client
+        records = [] if shard is None else shard.retrieve([point_id(i) for i in ids], False, True)
+    else:
+        assert isinstance(store, QdrantVectorStore)
+        records = sync_client(store).retrieve(store.collection_name, ids=list(ids),
+                                              with_payload=False, with_vectors=True)
+    # One unnamed dense vector per point, as this package stores memories.
+    return {str(record.id): cast(list[float], record.vector) for record in records
+            if isinstance(record.vector, list)}
 
 
 def engine_query(

@@ -1,0 +1,95 @@
+"""The postprocessor on an existing index, against the plain top-8 it re-ranks (same run).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/postprocessor_cost.py [--sizes 1000,10000]
+
+An Edge store of N memories (e5's model recorded; random unit vectors, dated over two
+years) and 40 questions whose vectors are computed beforehand. Per question, interleaved:
+
+- plain top-8: ``index.as_retriever(similarity_top_k=8).retrieve`` (LlamaIndex's own);
+- + ``RecencyBonusPostprocessor.from_index(index)``: the store's policy, the candidates'
+  vectors read from the store in one call;
+- + the postprocessor as the docs built it before ``from_index`` (the store's policy copied,
+  ``embed_model=`` the index's model): it embeds the 8 candidates again with e5.
+
+Prints medians and each path's ratio to the plain top-8; writes
+``benchmarks/results/postprocessor_cost.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from datetime import date, timedelta
+from pathlib import Path
+
+import numpy as np
+from llama_index.core.schema import QueryBundle
+
+from llama_index_recency import RecencyBonusPostprocessor, memory_node, offline_embedding
+from llama_index_recency.storage import close_memory_index, index_policy, open_memory_index
+
+QUESTIONS = 40
+RESULTS = Path(__file__).parent / "results" / "postprocessor_cost.md"
+
+
+def store(size: int, folder: Path, dimensions: int, rng: np.random.Generator):
+    embed = offline_embedding()
+    index = open_memory_index(embed, path=folder)
+    today = date(2026, 9, 10)
+    nodes = []
+    for i in range(size):
+        node = memory_node(f"The user noted thing number {i}.", today - timedelta(days=i % 730),
+                           reference_date=today)
+        vector = rng.normal(size=dimensions)
+        node.embedding = (vector / np.linalg.norm(vector)).tolist()
+        nodes.append(node)
+    for start in range(0, size, 1000):
+        index.insert_nodes(nodes[start:start + 1000])
+    return index, embed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="1000,10000")
+    args = parser.parse_args()
+    rng = np.random.default_rng(7)
+    lines = ["# The postprocessor on an existing index vs the plain top-8 (same run)", "",
+             "| memories | plain top-8 | + from_index | ratio | + re-embedding (before) | ratio |",
+             "|---|---|---|---|---|---|"]
+    for size in [int(s) for s in args.sizes.split(",")]:
+        with tempfile.TemporaryDirectory() as folder:
+            index, embed = store(size, Path(folder) / "store", 384, rng)
+            questions = []
+            for i in range(QUESTIONS):
+                vector = rng.normal(size=384)
+                questions.append(QueryBundle(f"What about thing {i} these days?",
+                                             embedding=(vector / np.linalg.norm(vector)).tolist()))
+            retriever = index.as_retriever(similarity_top_k=8)
+            today = "2026-09-10"
+            recency = RecencyBonusPostprocessor.from_index(index, reference_date=today)
+            before = RecencyBonusPostprocessor(
+                **dict(index_policy(index, reference_date=today)), embed_model=embed)
+            times: dict[str, list[float]] = {"plain": [], "from_index": [], "before": []}
+            for _ in range(3):
+                for bundle in questions:
+                    for name, post in (("plain", None), ("from_index", recency),
+                                       ("before", before)):
+                        start = time.perf_counter()
+                        nodes = retriever.retrieve(bundle)
+                        if post is not None:
+                            post.postprocess_nodes(nodes, bundle)
+                        times[name].append(time.perf_counter() - start)
+            medians = {name: statistics.median(values) * 1e3 for name, values in times.items()}
+            line = (f"| {size:,} | {medians['plain']:.2f} ms | {medians['from_index']:.2f} ms | "
+                    f"{medians['from_index'] / medians['plain']:.2f}x | "
+                    f"{medians['before']:.2f} ms | {medians['before'] / medians['plain']:.1f}x |")
+            print(line, flush=True)
+            lines.append(line)
+            close_memory_index(index)
+    RESULTS.write_text("\n".join(lines) + "\n", "utf-8")
+
+
+if __name__ == "__main__":
+    main()
