@@ -409,3 +409,18 @@ def test_from_index_embeds_only_candidates_from_elsewhere_and_says_so_once(
         recency.explain(candidates, QueryBundle("coffee?"))
     assert embed.texts == 2  # the stranger, once per question; no stored memory
     assert len([r for r in caplog.records if "not in the store" in r.getMessage()]) == 1
+
+
+def test_from_index_reads_vectors_from_a_local_mode_store_too(e5) -> None:
+    from qdrant_client import QdrantClient
+
+    embed = CountingEmbedding(e5)
+    index = open_memory_index(embed, client=QdrantClient(location=":memory:"))
+    index.insert_nodes([memory_node(fact, day) for fact, day in COFFEE])
+    embed.texts = 0
+    recency = RecencyBonusPostprocessor.from_index(index, reference_date=SEED_TODAY)
+    question = "How do I take my coffee these days?"
+    ranking = recency.explain(index.as_retriever(similarity_top_k=8).retrieve(question),
+                              QueryBundle(question))
+    assert embed.texts == 0
+    assert ranking.rows[0].text.endswith("sweet café au lait lately.")
