@@ -12,7 +12,6 @@ search request.
 
 from __future__ import annotations
 
-import logging
 import math
 from typing import Any, List, Optional
 
@@ -57,9 +56,6 @@ from llama_index_recency.storage import (
 )
 from llama_index_recency.ranking.vague import VAGUE_WINDOW_DAYS
 
-logger = logging.getLogger(__name__)
-
-_OPEN = -1e9  # a threshold every memory passes: the search then returns the best one
 
 class QdrantRecencyRetriever(BaseRetriever):
     """Retrieve memories ranked by ``cosine + weight * exp(-age_days / tau_days)``, exactly.
