@@ -1,8 +1,10 @@
-"""Vague references (issue 19): the detector, its held-out measure, and the note in the prompt."""
+"""Vague references (issue 19, issue 39 item 13): the detector, its held-out measure, and the
+note in the prompt."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -56,6 +58,45 @@ def test_vague_references_are_detected(question: str) -> None:
 @pytest.mark.parametrize(
     "question",
     [
+        # outcome nouns: "the upshot" points back; "luck", "success", "update" ask how "it" went
+        "What was the upshot?",
+        "Right, so the matter from a while ago, what's the verdict?",
+        "Any luck with it?",
+        "Was it a success?",
+        "Care to give me an update on that?",
+        "Any progress on the thing you were dealing with lately?",
+        "Any news on that?",
+        # "situation" and "bit" are general nouns
+        "Okay so, about the situation from a few days ago...",
+        "Uh, the bit I was rambling about earlier... recall it?",
+        # outcome nouns 「結果」「進展」「首尾」「具合」「順調」「無事」「〜感じ」
+        "結果、出た？",
+        "進展あった？",
+        "で、結末は？",
+        "そういえばさ、あっちの首尾はどう？",
+        "この頃取り組んでたの、どんな具合？",
+        "そっちの方は順調？",
+        "例の話、無事に済んだ？",
+        "どんな感じになった？",
+        "この頃のあれ、いい感じ？",
+        # what was done: a past verb before 「あれ」 or the nominaliser 「の」
+        "ほら、ちょっと前に相談したアレ。",
+        "先日話してたの、結局どっちにした？",
+        "ちょっと前にやってたの、仕上がった？",
+        # 「最終的に」 is a time word, 「あの辺」 a general noun, 「間に合った」 a predicate
+        "あれって、最終的にどう落ち着いたの？",
+        "あの辺のこと、片付いた？",
+        "ほら、例のもの、間に合った？",
+    ],
+)
+def test_the_rules_of_issue_39_find_the_tune_phrasings(question: str) -> None:
+    """Phrasings of the ``tune2`` split the rules were written for (issue 39 item 13)."""
+    assert is_vague_reference(question) is True
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
         # deixis or a time word, but real content
         "Who won the game the other day?",
         "What did I cook the other day?",
@@ -80,6 +121,18 @@ def test_vague_references_are_detected(question: str) -> None:
         "それ、いいね！",
         "あれ？",
         "",
+        # an outcome word or a referent with real content, or no referent at all
+        "Did you see the news this morning?",
+        "What's the plan for growing the business?",
+        "Any luck with the job hunt?",
+        "Any updates?",
+        "Good luck!",
+        "面接の結果、どうなった？",
+        "検査結果、出た？",
+        "いい感じのカフェ知ってる？",
+        "先日大家さんのことで話したの、覚えてる？",  # 「大家さん」: a noun before an honorific
+        "あれって何の花？",
+        "長野の件、どうなった？",
     ],
 )
 def test_content_questions_and_chat_are_not_vague(question: str) -> None:
@@ -105,23 +158,50 @@ def benchmark() -> ModuleType:
     return module
 
 
-def test_the_tune_phrasings_are_all_classified_right(benchmark: ModuleType) -> None:
+def test_the_tune_phrasings_are_classified_right(benchmark: ModuleType) -> None:
+    """``tune`` all right; ``tune2`` all right but for three English phrasings the lists
+    leave out ("plan" as a general noun would also take "What's the plan for growing the
+    business?", a conversation turn of the retrieval benchmark)."""
     for row in benchmark.scores():
-        if row.split == "tune":
+        if row.split == "tune" or (row.split, row.language) == ("tune2", "ja"):
             assert (row.precision, row.recall) == (1.0, 1.0), (row.language, row.missed,
                                                                row.false_alarms)
+    (tune2_en,) = [r for r in benchmark.scores() if (r.split, r.language) == ("tune2", "en")]
+    assert (tune2_en.missed, tune2_en.false_alarms) == (
+        ("How did your little mission fare?", "Oh hey, what became of that plan you had?",
+         "So? Good news or bad news?"), ())
 
 
-@pytest.mark.parametrize(("language", "precision", "recall"), [("en", 1.0, 0.6),
-                                                                ("ja", 0.9, 0.5)])
-def test_heldout_precision_and_recall(benchmark: ModuleType, language, precision, recall) -> None:
-    """Held-out phrasings (other referents, predicates and time words; never tuned on):
-    English 18/30 found with no false alarm (P 1.00, R 0.60), Japanese 15/30 with one
-    (P 0.94, R 0.50). Recall falls short of 0.8: outcome nouns the lists lack ("upshot",
-    「結果」) read as content. Precision holds above 0.9."""
-    (row,) = [r for r in benchmark.scores() if (r.split, r.language) == ("heldout", language)]
-    assert row.precision >= precision and row.recall >= recall, (row.missed, row.false_alarms)
-    assert "| heldout | en | 30 | 40 |" in benchmark.table(benchmark.scores())
+HELDOUT_ERRORS = {
+    # vague, missed: "my asking" and "any word" read as content; a Kansai ending
+    # (「なったん」) and a present progressive (「なってる」) are no past frame
+    "If you don't mind my asking, how did that turn out?",
+    "Any word on that thing?",
+    "あれ、どないなったん？",
+    "あれ、どうなってる？",
+    # near misses taken as vague: content after a preposition ("on rice", "about pasta"),
+    # weather "it", a content word in hiragana
+    "What's that stuff you put on rice?",
+    "What was the thing I asked about pasta?",
+    "Did it rain yesterday?",
+    "ごはん、どうだった？",
+}
+"""The held-out phrasings the detector gets wrong (before and after issue 39 item 13)."""
+
+
+def test_the_heldout_labels_are_what_the_detector_says_but_for_the_listed_errors(
+        benchmark: ModuleType) -> None:
+    """Every held-out phrasing (written before the issue 39 rules, never tuned on) is
+    classified as labelled except :data:`HELDOUT_ERRORS`, each of which is still wrong:
+    a fix or a new error both show here."""
+    data = json.loads(benchmark.DATA.read_text(encoding="utf-8"))["heldout"]
+    for language in ("en", "ja"):
+        for label, vague in (("vague", True), ("not_vague", False)):
+            for question in data[language][label]:
+                expected = vague if question not in HELDOUT_ERRORS else not vague
+                assert is_vague_reference(question) is expected, question
+    assert "| heldout | en | 20 | 20 | 18/3 |" in benchmark.table(benchmark.scores())
+    assert "| heldout | ja | 21 | 20 | 19/1 |" in benchmark.table(benchmark.scores())
 
 
 # -- the prompt says so ------------------------------------------------------------------------
