@@ -161,8 +161,8 @@ class RecencyMemory:
 
         Raises:
             InvalidInputError: A fact that is empty, too long or not one line of text; a date
-                that cannot be read; other text under a stored memory's id; a node
-                superseding another user's memory.
+                that cannot be read; one memory given twice; other text or another user
+                under a stored memory's id; a node superseding another user's memory.
             FutureMemoryDateError: A fact dated after tomorrow.
             PartialWriteError: A batch failed; it says how many memories were stored.
         """

@@ -17,7 +17,7 @@ import logging
 import threading
 from collections import Counter, deque
 from dataclasses import replace
-from datetime import date
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
@@ -41,7 +41,7 @@ from llama_index_recency.integrations.prompts import (
 from llama_index_recency.records.text import memory_text
 from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
 from llama_index_recency.ranking.policy import RecencyPolicy
-from llama_index_recency.storage import index_policy
+from llama_index_recency.storage import forgotten_at, index_policy
 from llama_index_recency.ranking.vague import is_vague_ranking
 from llama_index_recency.writing.updates import insert_memories
 from llama_index_recency.writing.writer import Turn, extract_memories
@@ -232,7 +232,8 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
                 return
             if any(turn.role == "user" for _, turn in pending):
                 held = Conversation(turns=tuple(turn for _, turn in pending), day=self._today(),
-                                    user_id=self.user_id, user_name=self.user_name)
+                                    user_id=self.user_id, user_name=self.user_name,
+                                    seen=session.seen_at(pending))
                 session.held = held if old is None else replace(held, id=old.id)
                 self._outbox.add(session.held)
             else:
@@ -310,7 +311,8 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
         if not any(turn.role == "user" for _, turn in new):
             return None
         return Conversation(turns=tuple(turn for _, turn in new), day=self._today(),
-                            user_id=self.user_id, user_name=self.user_name)
+                            user_id=self.user_id, user_name=self.user_name,
+                            seen=session.seen_at(new))
 
     def _submit(self, conversation: Conversation, *, wait: bool = False) -> None:
         """Keep ``conversation`` in the outbox, then queue it for the worker (``wait``: for
@@ -357,13 +359,21 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
 
     def _write(self, conversation: Conversation) -> list[TextNode]:
         """Extract (unless done before), keep what was extracted in the outbox, store, then
-        drop ``conversation`` from the outbox. A failed call or store keeps it for a retry
-        (logged once per streak), which only stores once the LLM has answered; an answer with
-        no valid fact is not retried."""
+        drop ``conversation`` from the outbox. The turns seen before its user was last
+        forgotten are left out, and so is all of it when a forget comes during the write. A
+        failed call or store keeps it for a retry (logged once per streak), which only
+        stores once the LLM has answered; an answer with no valid fact is not retried."""
         assert self.llm is not None  # only a block with an llm hands conversations over
         if conversation.id not in self._outbox:  # its user was forgotten meanwhile
             return []
         try:
+            remembered = conversation.said_after(forgotten_at(self.index, conversation.user_id))
+            if remembered is None:  # all the user said before a forget of them
+                self._outbox.remove(conversation.id)
+                return []
+            if remembered is not conversation:
+                conversation = remembered
+                self._outbox.replace(conversation)
             stored = conversation.extracted()
             if stored is None:
                 # The conversation's own day (the policy's reference date if set), never a typo.
@@ -374,7 +384,9 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
                 conversation = conversation.with_memories(stored)
                 self._outbox.replace(conversation)
             if stored:
-                insert_memories(self.index, stored)
+                left_out = insert_memories(self.index, stored,
+                                           said_at=conversation.first_seen).forgotten
+                stored = [node for node in stored if node.node_id not in left_out]
         except Exception as error:  # noqa: BLE001 - whatever failed, the turns must survive
             if _answered(error):
                 self._outbox.remove(conversation.id)
@@ -398,11 +410,13 @@ class _SessionTurns:
 
     A turn is known by a hash of its role, text and occurrence in the session (a user who
     says "yes" twice said two turns); occurrences count on from the turns a flush took out
-    of the history the block is shown.
+    of the history the block is shown. Each is kept with when the block first saw it, which
+    a forget of the user is compared with.
     """
 
     def __init__(self) -> None:
         self.sent: set[bytes] = set()
+        self.seen: dict[bytes, datetime] = {}
         self.flushed: Counter[tuple[str, str]] = Counter()
         self.held: Optional[Conversation] = None  # the outbox entry of the turns not sent yet
         self.held_turns: list[tuple[bytes, Turn]] = []
@@ -411,14 +425,20 @@ class _SessionTurns:
         """``turns`` (the history after the flushed turns, in order), keyed."""
         seen: Counter[tuple[str, str]] = Counter()
         keyed = []
+        now = datetime.now(timezone.utc)
         for turn in turns:
             said = (turn.role, turn.text)
             occurrence = self.flushed[said] + seen[said]
             seen[said] += 1
             key = hashlib.blake2b(f"{turn.role}\0{occurrence}\0{turn.text}".encode(),
                                   digest_size=16).digest()
+            self.seen.setdefault(key, now)
             keyed.append((key, turn))
         return keyed
+
+    def seen_at(self, keyed: Sequence[tuple[bytes, Turn]]) -> tuple[datetime, ...]:
+        """When the block first saw each of ``keyed`` (as :meth:`keyed` gives them)."""
+        return tuple(self.seen[key] for key, _ in keyed)
 
     def unsent(self, turns: Sequence[Turn]) -> list[tuple[bytes, Turn]]:
         """The not yet sent of ``turns`` (as :meth:`keyed` takes them), keyed."""

@@ -1,10 +1,11 @@
 """What a store records with its collection: the embedding model that filled it, the policy
-saved with it and its own gate fit; and from those, the policy to rank it with."""
+saved with it, its own gate fit and when each forgotten user was forgotten; and from those,
+the policy to rank it with."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import date
+from datetime import date, datetime
 from typing import Any, Optional
 
 from llama_index_recency.storage.edge import QdrantEdgeVectorStore
@@ -33,6 +34,29 @@ language, the memories it was fitted on and the day (``save_gate_fit``)."""
 
 GATE_REFUSED_METADATA_KEY = "llama_index_recency.gate_refused"
 """Collection-metadata key: relevance units and store size of the last refused gate fit."""
+
+
+FORGOTTEN_METADATA_KEY = "llama_index_recency.forgotten"
+"""Collection-metadata key: per user id, the instant (ISO, UTC) all their memories were last
+forgotten; nothing said before it is written for them (:func:`save_forgotten`)."""
+
+
+def save_forgotten(index: MemoryStore, user_id: str, at: datetime) -> None:
+    """Record that ``user_id``'s memories were all forgotten at ``at`` (timezone-aware), so
+    no path writes back what the user said before it."""
+    forgotten = dict(_record(index, FORGOTTEN_METADATA_KEY) or {})
+    forgotten[user_id] = at.isoformat()
+    _update_metadata(index, {FORGOTTEN_METADATA_KEY: forgotten})
+
+
+def forgotten_at(index: MemoryStore | Mapping[str, Any], user_id: Optional[str]
+                 ) -> Optional[datetime]:
+    """When ``user_id``'s memories were last all forgotten (:func:`save_forgotten`), if ever;
+    from the store or from its :func:`collection_metadata` already read."""
+    if user_id is None:
+        return None
+    instant = (_record(index, FORGOTTEN_METADATA_KEY) or {}).get(user_id)
+    return None if instant is None else datetime.fromisoformat(instant)
 
 
 def save_policy(index: MemoryStore, policy: RecencyPolicy) -> None:

@@ -16,7 +16,7 @@ import threading
 import uuid
 import weakref
 from dataclasses import dataclass, field, replace
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -57,6 +57,27 @@ class Conversation:
     memories: Optional[tuple[str, ...]] = None
     """The memories extracted from the turns (TextNode JSON), once the LLM has answered: a
     retry then only stores them, never asks again (a new answer could word them otherwise)."""
+    seen: Optional[tuple[datetime, ...]] = None
+    """When the memory block first saw each turn (timezone-aware), or None if not known: a
+    forget of the user drops the turns seen at or before it, also after a restart."""
+
+    @property
+    def first_seen(self) -> Optional[datetime]:
+        """When the block first saw the earliest of these turns, if known."""
+        return None if self.seen is None else min(self.seen)
+
+    def said_after(self, instant: Optional[datetime]) -> Optional["Conversation"]:
+        """This conversation without its turns seen at or before ``instant`` (when its user
+        was forgotten) and without the memories extracted from them; None when no user turn
+        is left."""
+        if instant is None or self.seen is None or min(self.seen) > instant:
+            return self
+        kept = [(turn, seen) for turn, seen in zip(self.turns, self.seen, strict=True)
+                if seen > instant]
+        if not any(turn.role == "user" for turn, _ in kept):
+            return None
+        return replace(self, turns=tuple(turn for turn, _ in kept),
+                       seen=tuple(seen for _, seen in kept), memories=None)
 
     def with_memories(self, nodes: Sequence[BaseNode]) -> "Conversation":
         """This conversation with its extracted memories kept."""
@@ -75,6 +96,7 @@ class Conversation:
             "user_name": self.user_name,
             "turns": [{"role": turn.role, "text": turn.text} for turn in self.turns],
             "memories": None if self.memories is None else list(self.memories),
+            "seen": None if self.seen is None else [seen.isoformat() for seen in self.seen],
         }, ensure_ascii=False)
 
     @classmethod
@@ -84,8 +106,9 @@ class Conversation:
 
         Raises:
             InvalidInputError: No turns, a turn that is not a user or assistant turn with
-                text, or memories that are not strings.
-            ValueError: Not JSON, or a ``day`` that is not an ISO date.
+                text, memories that are not strings, or ``seen`` that is not one instant
+                with a time zone per turn.
+            ValueError: Not JSON, or a ``day`` (or an instant of ``seen``) that is not ISO.
             KeyError: A field missing (``turns``, a turn's ``role`` or ``text``, ``day``,
                 ``user_id``, ``user_name``, ``id``).
             TypeError: A field of the wrong shape (say, ``turns`` not a list of objects).
@@ -98,9 +121,15 @@ class Conversation:
         memories = data.get("memories")
         if memories is not None and not all(isinstance(memory, str) for memory in memories):
             raise InvalidInputError("an outbox entry's memories are TextNode JSON strings")
+        seen = data.get("seen")
+        if seen is not None:
+            seen = tuple(datetime.fromisoformat(instant) for instant in seen)
+            if len(seen) != len(turns) or any(instant.tzinfo is None for instant in seen):
+                raise InvalidInputError("an outbox entry's seen is one instant with a time zone "
+                                        "per turn")
         return cls(turns=turns, day=date.fromisoformat(data["day"]), user_id=data["user_id"],
                    user_name=data["user_name"], id=str(data["id"]),
-                   memories=None if memories is None else tuple(memories))
+                   memories=None if memories is None else tuple(memories), seen=seen)
 
 
 class Outbox:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 from typing import Any, Optional
 
 from llama_index.core import VectorStoreIndex
@@ -45,13 +45,17 @@ from llama_index_recency.records.nodes import (
     quoted,
 )
 from llama_index_recency.storage import (
+    collection_metadata,
     delete_memories,
     embedding_of,
     get_memories,
     get_memory,
     MemoryStore,
+    Outbox,
+    outbox_path,
     vector_store_of,
 )
+from llama_index_recency.storage import forgotten_at, save_forgotten
 from llama_index_recency.errors import MemoryStoreFullError
 
 EMBED_BATCH_SIZE = 16
@@ -65,7 +69,8 @@ Progress = Callable[[str, int, int], None]
 (``done`` 0) and after each batch; a phase with nothing to do is not reported."""
 
 # A re-added memory is read, merged and written back; forget rewrites the links of the
-# memories around the deleted ones: one of these at a time in this process.
+# memories around the deleted ones and records when a user was forgotten, which a write of
+# what was said checks: one of these at a time in this process.
 _WRITES = threading.RLock()
 
 
@@ -79,6 +84,8 @@ class StoredMemories:
     """Memories stored again with new metadata, each with the metadata it had before."""
     unchanged: tuple[str, ...] = ()
     """Memories already stored as given: nothing written."""
+    forgotten: tuple[str, ...] = ()
+    """Memories left out: their user was forgotten after what they were extracted from was said."""
 
 
 def insert_memories(
@@ -86,34 +93,43 @@ def insert_memories(
     nodes: Sequence[BaseNode],
     *,
     on_progress: Optional[Progress] = None,
+    replace: bool = False,
+    said_at: Optional[datetime] = None,
 ) -> StoredMemories:
     """Store ``nodes`` (memory_node's, or any with UUID ids): the one write every path uses.
 
     Ids and ``supersedes`` links are stored as
     :func:`~llama_index_recency.records.nodes.canonical_id` spells them (``nodes`` are updated in
-    place), so a memory is one memory whatever the spelling it was given in.
+    place), so a memory is one memory whatever the spelling it was given in; it is given
+    once per write (two versions of it would leave one unstored).
 
     A memory already stored keeps what it had (its metadata, merged under the new; its
     links, united; ``nodes`` are updated in place to what is stored) and is skipped when
-    nothing changes, so rerunning a write is free. A
-    memory superseding another user's raises :class:`InvalidInputError` before anything is
-    written. Nodes without an embedding are embedded with the index's model, in batches (an
+    nothing changes, so rerunning a write is free; only ``replace`` lets a node give it
+    another user. ``said_at``: when the conversation ``nodes`` were extracted from was
+    first said; the nodes of a user forgotten since (:func:`forget`) are left out. A
+    refused node raises :class:`InvalidInputError` before anything is written. Nodes
+    without an embedding are embedded with the index's model, in batches (an
     embedding error raises as is, before anything is stored), then stored in batches; a
     failed batch raises :class:`PartialWriteError` with the exact number stored.
 
     Raises:
-        InvalidInputError: A memory superseding another user's, or other text under a
-            stored memory's id; nothing is written.
+        InvalidInputError: A memory given twice, superseding another user's, or given
+            other text or (without ``replace``) another user than it is stored with;
+            nothing is written.
         PartialWriteError: A batch failed; it says how many memories were stored.
     """
     with _WRITES:
         for node in nodes:
             _spell_canonically(node)
-        unique = list({node.node_id: node for node in nodes}.values())
+        _check_repeats(nodes)
+        unique, forgotten = _not_forgotten(index, nodes, said_at)
         stored = {canonical_id(node.node_id): node
                   for node in get_memories(index, _ids_and_links(unique))}
         _check_links(unique, stored)
         _check_texts(unique, stored)
+        if not replace:
+            _check_users(unique, stored)
         pending: list[BaseNode] = []
         changed: dict[str, dict[str, Any]] = {}
         unchanged: list[str] = []
@@ -132,7 +148,8 @@ def insert_memories(
         _embed(index, pending, on_progress)
         _store(index, pending, on_progress)
         new = tuple(node.node_id for node in unique if node.node_id not in stored)
-        return StoredMemories(new=new, changed=changed, unchanged=tuple(unchanged))
+        return StoredMemories(new=new, changed=changed, unchanged=tuple(unchanged),
+                              forgotten=forgotten)
 
 
 ainsert_memories = in_thread(insert_memories)
@@ -162,6 +179,48 @@ def _check_links(nodes: Sequence[BaseNode], stored: dict[str, BaseNode]) -> None
         for old_id in linked_ids(node, SUPERSEDES_KEY):
             if old_id in known:
                 check_link(node, known[old_id])
+
+
+def _check_repeats(nodes: Sequence[BaseNode]) -> None:
+    """Each memory once per write: two nodes with one id (the same fact, date and user) are
+    one memory, and only one of their metadata and links would be stored."""
+    seen: set[str] = set()
+    for node in nodes:
+        if node.node_id in seen:
+            raise InvalidInputError(
+                f"memory {node.node_id} is given twice (the same fact, date and user); keep one "
+                "of them")
+        seen.add(node.node_id)
+
+
+def _not_forgotten(index: VectorStoreIndex, nodes: Sequence[BaseNode],
+                   said_at: Optional[datetime]) -> tuple[list[BaseNode], tuple[str, ...]]:
+    """``nodes`` but those of a user forgotten at or after ``said_at``, and the ids left out."""
+    if said_at is None:
+        return list(nodes), ()
+    metadata = collection_metadata(index)
+    kept, left_out = [], []
+    for node in nodes:
+        forgotten = forgotten_at(metadata, node.metadata.get(USER_ID_KEY))
+        if forgotten is not None and forgotten >= said_at:
+            left_out.append(node.node_id)
+        else:
+            kept.append(node)
+    return kept, tuple(left_out)
+
+
+def _check_users(nodes: Sequence[BaseNode], stored: dict[str, BaseNode]) -> None:
+    """Refuse giving a stored memory another user: it would leave its user's memories."""
+    for node in nodes:
+        old = stored.get(node.node_id)
+        if old is None or USER_ID_KEY not in node.metadata:
+            continue
+        before, after = old.metadata.get(USER_ID_KEY), node.metadata[USER_ID_KEY]
+        if before != after:
+            raise InvalidInputError(
+                f"memory {node.node_id} is stored with user {before!r}, not {after!r}: a "
+                "write never moves a memory to another user; forget it first, or import "
+                "with replace")
 
 
 def _check_texts(nodes: Sequence[BaseNode], stored: dict[str, BaseNode]) -> None:
@@ -290,53 +349,74 @@ def forget(
     matching ``filters``; at least one is required, and ``filters`` without a condition
     do not count (nothing deletes everything by accident). A chain stays whole: forgetting
     B of A → B → C makes C supersede A, so A still leads to the newest fact. Forgetting a
-    whole user (``user_id`` alone) also drops that user's conversations still waiting in
-    the store's outbox, so a memory block does not write them back.
+    whole user (``user_id`` alone, or ``filters`` of ``user_id`` only) records when with the
+    store and then drops that user's conversations waiting in the store's outbox: no memory
+    block, in this process or a later one, writes back what the user said before.
 
     Raises:
         InvalidInputError: No condition given, or a ``before`` that is not a readable date.
         MemoryStoreReadOnlyError: An Edge store read from a temporary copy (its filesystem
             is read-only).
-        MemoryStoreFullError: An Edge store's disk is too full to rewrite the links or
-            delete.
+        MemoryStoreFullError: An Edge store's disk is too full to rewrite the links,
+            delete or record the forget.
     """
     scope = memory_scope(user_id=user_id, before=before, filters=filters)
     if ids is None and scope is None:
         raise InvalidInputError(
             f"forget needs ids, user_id, before or filters with a condition, got "
             f"filters={filters!r}; it never deletes everything")
-    if user_id is not None and ids is None and before is None and filters is None:
-        # Imported here: the outbox needs the writer, which needs this module.
-        from llama_index_recency.storage import Outbox, outbox_path
-
-        path = outbox_path(index)
-        if path is not None:
-            Outbox.at(path).drop_user(user_id)
+    whole_user = _whole_user(user_id, filters) if ids is None and before is None else None
     with _WRITES:
+        at = datetime.now(timezone.utc)
         doomed = get_memories(index, ids, scope)
-        if not doomed:
-            return 0
-        gone = {node.node_id: node for node in doomed}
-        neighbours = [node for node in get_memories(index, filters=_naming(sorted(gone)))
-                      if node.node_id not in gone]
-        relinked_nodes = []
-        for node in neighbours:
-            links = relinked(node, gone)
-            if links is not None:
-                for key, value in links.items():
-                    if value:
-                        node.metadata[key] = value
-                    else:
-                        node.metadata.pop(key, None)
-                relinked_nodes.append(node)
-        # Relinked first: if the delete then fails, C supersedes A and B, still consistent.
-        if relinked_nodes:
-            vector_store_of(index).add(relinked_nodes)  # same ids, same vectors: links only
-        delete_memories(index, sorted(gone))
+        if doomed:
+            _delete(index, doomed)
+        # Only once the memories are gone: a failed forget leaves every conversation waiting.
+        if whole_user is not None:
+            save_forgotten(index, whole_user, at)
+            path = outbox_path(index)
+            if path is not None:
+                Outbox.at(path).drop_user(whole_user)
         return len(doomed)
 
 
 aforget = in_thread(forget)
+
+
+def _whole_user(user_id: Optional[str], filters: Optional[MetadataFilters]) -> Optional[str]:
+    """The user whose memories all go when ``user_id`` and ``filters`` (``user_id`` equal to
+    one value, nothing else) name only them, or None."""
+    named = set() if user_id is None else {user_id}
+    if filters is not None and memory_scope(filters=filters) is not None:
+        if filters.condition not in (None, FilterCondition.AND) or not all(
+                isinstance(kept, MetadataFilter) and kept.key == USER_ID_KEY
+                and kept.operator == FilterOperator.EQ and isinstance(kept.value, str)
+                for kept in filters.filters):
+            return None
+        named |= {str(kept.value) for kept in filters.filters if isinstance(kept, MetadataFilter)}
+    return named.pop() if len(named) == 1 else None
+
+
+def _delete(index: MemoryStore, doomed: Sequence[BaseNode]) -> None:
+    """Delete ``doomed``, first linking the memories that named them past them (hold
+    ``_WRITES``)."""
+    gone = {node.node_id: node for node in doomed}
+    neighbours = [node for node in get_memories(index, filters=_naming(sorted(gone)))
+                  if node.node_id not in gone]
+    relinked_nodes = []
+    for node in neighbours:
+        links = relinked(node, gone)
+        if links is not None:
+            for key, value in links.items():
+                if value:
+                    node.metadata[key] = value
+                else:
+                    node.metadata.pop(key, None)
+            relinked_nodes.append(node)
+    # Relinked first: if the delete then fails, C supersedes A and B, still consistent.
+    if relinked_nodes:
+        vector_store_of(index).add(relinked_nodes)  # same ids, same vectors: links only
+    delete_memories(index, sorted(gone))
 
 
 def _naming(ids: list[str]) -> MetadataFilters:

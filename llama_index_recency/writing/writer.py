@@ -16,7 +16,7 @@ import re
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Optional
 
@@ -55,7 +55,11 @@ from llama_index_recency.records.text import (
     memory_text,
 )
 from llama_index_recency.records.links import check_link
-from llama_index_recency.writing.updates import ainsert_memories, insert_memories
+from llama_index_recency.writing.updates import (
+    StoredMemories,
+    ainsert_memories,
+    insert_memories,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -193,7 +197,9 @@ def remember(
     :func:`~llama_index_recency.writing.updates.insert_memories`), so an LLM failure
     stores nothing; invalid proposed facts are left out (one warning) and the valid ones
     stored (see :func:`extract_memories`). A fact that updates existing memories is stored
-    with ``supersedes`` naming them (they are kept).
+    with ``supersedes`` naming them (they are kept). A forget of the user while the LLM
+    answers (:func:`~llama_index_recency.writing.updates.forget`) covers this conversation:
+    nothing is stored.
 
     Raises:
         RetryableWriteError: An LLM call failed; nothing was stored.
@@ -205,12 +211,13 @@ def remember(
             holds a control character; raised before any LLM call.
         PartialWriteError: A store batch failed; it says how many memories were stored.
     """
+    heard = datetime.now(timezone.utc)
     nodes = extract_memories(turns, llm, memory_date=memory_date, user_name=user_name,
                              user_id=user_id, index=index, prompt=prompt,
                              allow_future=allow_future)
-    if nodes:
-        insert_memories(index, nodes)
-    return nodes
+    if not nodes:
+        return nodes
+    return _kept(nodes, insert_memories(index, nodes, said_at=heard))
 
 
 async def aremember(
@@ -236,12 +243,19 @@ async def aremember(
             holds a control character; raised before any LLM call.
         PartialWriteError: A store batch failed; it says how many memories were stored.
     """
+    heard = datetime.now(timezone.utc)
     nodes = await aextract_memories(turns, llm, memory_date=memory_date, user_name=user_name,
                                     user_id=user_id, index=index, prompt=prompt,
                                     allow_future=allow_future)
-    if nodes:  # embedding and the (sync) Edge write, off the event loop
-        await ainsert_memories(index, nodes)
-    return nodes
+    if not nodes:
+        return nodes
+    # Embedding and the (sync) Edge write, off the event loop.
+    return _kept(nodes, await ainsert_memories(index, nodes, said_at=heard))
+
+
+def _kept(nodes: list[TextNode], stored: StoredMemories) -> list[TextNode]:
+    """``nodes`` but those left out because their user was forgotten while they were made."""
+    return [node for node in nodes if node.node_id not in stored.forgotten]
 
 
 def remember_transcript(
