@@ -113,7 +113,7 @@ def test_bad_input_is_rejected(fact: str, day: object) -> None:
 
 def test_metadata_cannot_shadow_the_date() -> None:
     with pytest.raises(ValueError, match="'date'"):
-        memory_node("x", "2026-09-01", metadata={"date": "2020-01-01"})
+        memory_node("Taro likes tea.", "2026-09-01", metadata={"date": "2020-01-01"})
 
 
 def test_bundled_example_matches_the_seed() -> None:

@@ -40,6 +40,8 @@ _GENERIC_SUBJECT = re.compile(
     r"|(?<![\u30a0-\u30ff])ユーザー(?![\u30a0-\u30ff])"  # Japanese, not inside a longer katakana word
 )
 
+_CJK_NAMES = ("CJK UNIFIED IDEOGRAPH", "CJK COMPATIBILITY IDEOGRAPH", "HANGUL SYLLABLE")
+"""Unicode name prefixes of the characters that are a word on their own (one kana is not)."""
 
 Role = Literal["user", "assistant"]
 
@@ -121,6 +123,24 @@ def control_character(text: str) -> Optional[str]:
     return next((c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
 
 
+def says_something(fact: str) -> bool:
+    """Whether ``fact`` holds a word: two letters in a row (in any script; combining marks
+    may stand between them, as in "किताब") or one CJK ideograph or Hangul syllable ("猫").
+
+    "猫が好き。", "OK" and "Taro is 8." do; ".", "…", "a", "42" and "☕" do not.
+    """
+    letters = 0
+    for character in fact:
+        category = unicodedata.category(character)
+        if category.startswith("L"):
+            letters += 1
+            if letters == 2 or unicodedata.name(character, "").startswith(_CJK_NAMES):
+                return True
+        elif not category.startswith("M"):
+            letters = 0
+    return False
+
+
 def quoted(text: str, limit: int = 100) -> str:
     """``text`` quoted for a one-line message, cut after ``limit`` characters (the cut shown
     outside the quotes)."""
@@ -175,9 +195,10 @@ def memory_node(
     """Build the node for one memory: text ``"YYYY-MM-DD: <fact>"``, ISO date in metadata.
 
     Spacing is normalised to single spaces; a fact that is still not one line of printable
-    text (a control character such as ESC or NUL) or longer than :data:`MAX_FACT_CHARS` is
-    refused. ``user_name`` replaces the generic subject (:func:`with_subject`). ``user_id``
-    scopes the memory to one user (stored under :data:`USER_ID_KEY` and part of the id; one
+    text (a control character such as ESC or NUL), says nothing (no word: ".", "…", "a";
+    see :func:`says_something`) or is longer than :data:`MAX_FACT_CHARS` is refused.
+    ``user_name`` replaces the generic subject (:func:`with_subject`). ``user_id`` scopes
+    the memory to one user (stored under :data:`USER_ID_KEY` and part of the id; one
     line of printable text); ``supersedes`` names the ids (UUID strings, stored as
     :func:`canonical_id` spells them) of earlier memories this one updates: any insert path
     links them, since successors are found by searching ``supersedes`` (see
@@ -193,10 +214,10 @@ def memory_node(
     excluded from the embedding and the LLM prompt, so the date is never shown twice.
 
     Raises:
-        InvalidInputError: An empty fact, one with a control character or longer than
-            :data:`MAX_FACT_CHARS`; a ``user_name`` or ``user_id`` that is blank or not one
-            line; an unreadable date; ``date_key``, ``user_id`` or ``supersedes`` given
-            twice (argument and ``metadata``); a link that is not a UUID or names the
+        InvalidInputError: An empty fact, one with a control character, without a word or
+            longer than :data:`MAX_FACT_CHARS`; a ``user_name`` or ``user_id`` that is blank
+            or not one line; an unreadable date; ``date_key``, ``user_id`` or ``supersedes``
+            given twice (argument and ``metadata``); a link that is not a UUID or names the
             memory itself.
         FutureMemoryDateError: A date more than one day after ``reference_date``'s, without
             ``allow_future``.
@@ -209,6 +230,10 @@ def memory_node(
         raise InvalidInputError(
             f"the fact contains the control character {bad_character!r}; a fact "
             "is one line of printable text")
+    if not says_something(fact):
+        raise InvalidInputError(
+            f"the fact {quoted(fact)} holds no word; a fact says something in at least one "
+            "word of two or more letters (or one CJK character)")
     if user_name is not None:
         fact = with_subject(fact, user_name)
     if len(fact) > MAX_FACT_CHARS:

@@ -24,11 +24,19 @@ _ABBREVIATIONS = frozenset(
 """Words that a period follows without ending the sentence ("Dr. Tanaka", "7 a.m. daily");
 so does a single letter (an initial: "J. K. Rowling", "U.S. Army") and "No." before a number."""
 
-# A date, ISO or Japanese (2099年1月1日), optionally with a time and offset, followed by a
-# colon, anywhere but the prefix.
-_INNER_DATE = re.compile(
-    r"(?<!\d)((?:\d{4}-\d{2}-\d{2}|\d{4}年\d{1,2}月\d{1,2}日)"
-    r"(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?)?)\s*:"
+_DASHES = "-‐‒–—―−˗⁃ー"
+"""The hyphen and what reads as one between digits after NFKC (which folds ‑, －, ﹣, ﹘ and ｰ
+into these): dashes, the minus sign and the katakana long vowel mark."""
+
+_AS_HYPHEN = str.maketrans(dict.fromkeys(_DASHES[1:], "-"))
+
+# A date (2099-01-01 and its look-alikes: 2099‐1‐1, 2099/01/01, 2099.01.01, 2099年1月1日),
+# optionally with a time and offset, followed by a colon or a look-alike (∶ ꞉ ˸), with NFKC
+# applied first (full-width digits and colons).
+_DATE_COLON = re.compile(
+    rf"(?<!\d)((?:\d{{4}}([{_DASHES}/.])\d{{1,2}}\2\d{{1,2}}|\d{{4}}年\d{{1,2}}月\d{{1,2}}日)"
+    rf"(?:[T ]\d{{2}}:\d{{2}}(?::\d{{2}}(?:[.,]\d+)?)?"
+    rf"(?:Z|[{_DASHES}+]\d{{2}}(?::?\d{{2}})?)?)?)\s*[:∶꞉˸]"
 )
 
 LEFT_ANGLE_LOOKALIKES = "‹〈⟨❬❮❰⧼˂˱⦑⋖ᐸ"
@@ -41,25 +49,30 @@ _ANGLE_LOOKALIKES = str.maketrans(
 )
 
 
-def _neutralise_inner_dates(line: str) -> str:
-    """Keep the line's leading ``YYYY-MM-DD: ``; turn every other ``<date>:`` into ``<date> -``."""
-    prefix = MEMORY_DATE_PREFIX.match(line)
-    start = prefix.end() if prefix else 0
-    return line[:start] + _INNER_DATE.sub(r"\1 -", line[start:])
+def _neutralised(text: str) -> str:
+    """``text`` NFKC-normalised ("…" kept) with every ``<date>:`` turned into ``<date> -``
+    (its hyphens shown as ``-``), so that no date in it reads as a memory's recorded date."""
+    text = "…".join(unicodedata.normalize("NFKC", part) for part in text.split("…"))
+    return _DATE_COLON.sub(lambda date: f"{date[1].translate(_AS_HYPHEN)} -", text)
 
 
 def escape_memory_text(text: str) -> str:
     """Make memory text unable to close or reopen the block or to fake a memory's date.
 
-    NFKC-normalised (so full-width ``＜`` and ``２０９９-０１-０１：`` read as what they look
-    like; "…" is kept), other angle-bracket look-alikes folded to ``<``/``>``, dates (ISO
-    or ``2099年01月01日``) neutralised except each line's leading ``YYYY-MM-DD:``, then
-    HTML-escaped with quotes left alone, so "Taro's" stays "Taro's". The writer's
+    Each line's leading ``YYYY-MM-DD: `` as ``memory_node`` writes it (ASCII, one space) is
+    kept as the memory's date. The rest is NFKC-normalised (so full-width ``＜`` and
+    ``２０９９-０１-０１：`` read as what they look like; "…" is kept), its dates followed by
+    a colon (ISO, also with look-alike hyphens, slashes or dots, or ``2099年01月01日``)
+    neutralised, other angle-bracket look-alikes folded to ``<``/``>``, then HTML-escaped
+    with quotes left alone, so "Taro's" stays "Taro's". The writer's
     ``<existing_memories>`` use it too.
     """
-    text = "…".join(unicodedata.normalize("NFKC", part) for part in text.split("…"))
-    text = "\n".join(_neutralise_inner_dates(line) for line in text.split("\n"))
-    return html.escape(text.translate(_ANGLE_LOOKALIKES), quote=False)
+    lines = []
+    for line in text.split("\n"):
+        prefix = MEMORY_DATE_PREFIX.match(line)
+        start = prefix.end() if prefix else 0
+        lines.append(line[:start] + _neutralised(line[start:]))
+    return html.escape("\n".join(lines).translate(_ANGLE_LOOKALIKES), quote=False)
 
 
 def is_one_statement(text: str) -> bool:
@@ -94,18 +107,20 @@ def _abbreviated(word: str, rest: str) -> bool:
 
 
 def memory_text(node: BaseNode, date_key: str = "date") -> str:
-    """A node as one memory of the block: ``YYYY-MM-DD: <content>``, as ``memory_node`` writes it.
+    """A node as one memory of the block: ``YYYY-MM-DD: <content>``, the date its recorded one.
 
-    Any node with a usable ``date_key`` (a plain ``TextNode`` too) reads so: its metadata
-    never leaks into the text, and content already starting with its day keeps one prefix.
-    A node without a usable date is its content alone.
+    The date is the node's ``date_key`` metadata (a plain ``TextNode`` too), never its text:
+    content starting with that day as ``memory_node`` writes it keeps one prefix, and every
+    other date in the content, leading or not, is neutralised as :func:`escape_memory_text`
+    neutralises an inner one (``2099-12-31 -``). A node without a usable date is its
+    neutralised content alone, so a planted leading date never reads as its date. Metadata
+    never leaks into the text.
     """
     content = node.get_content()
     value = node.metadata.get(date_key)
-    if value is None:
-        return content
     try:
-        prefix = f"{calendar_day(value).isoformat()}: "
+        prefix = "" if value is None else f"{calendar_day(value).isoformat()}: "
     except ValueError:
-        return content
-    return content if content.startswith(prefix) else prefix + content
+        prefix = ""
+    body = content[len(prefix):] if content.startswith(prefix) else content
+    return prefix + _neutralised(body)
