@@ -276,12 +276,10 @@ def test_history_lists_every_version_oldest_first(chain_store: str, capsys) -> N
     assert "1 version of memory" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("which, user", [("unknown", None), ("other user's", "taro"),
-                                         ("not an id", None)])
+@pytest.mark.parametrize("which, user", [("unknown", None), ("other user's", "taro")])
 def test_history_of_no_such_memory_is_one_line_naming_it(which: str, user: str | None,
                                                          chain_store: str, capsys) -> None:
-    wanted = {"unknown": node_id(TEA, "carol"), "other user's": node_id(BLACK, "hanako"),
-              "not an id": "m1"}[which]
+    wanted = {"unknown": node_id(TEA, "carol"), "other user's": node_id(BLACK, "hanako")}[which]
     argv = ["history", wanted, "--store", chain_store] + (["--user", user] if user else [])
     assert main(argv) == 1
     whose = f" of user {user}" if user else ""

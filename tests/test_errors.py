@@ -12,7 +12,7 @@ from llama_index.core.schema import NodeWithScore
 from conftest import KnownCosineEmbedding, OpenAIServer
 
 from llama_index_recency.writing.backup import import_memories
-from llama_index_recency.cli.session import CommandError, LLMError
+from llama_index_recency.errors import CommandError, LLMError
 from llama_index_recency.errors import (
     EmbeddingAPIError,
     EmbeddingMismatchError,

@@ -24,7 +24,7 @@ from llama_index_recency.cli.rendering import (
     literal,
     policy_fit_table,
 )
-from llama_index_recency.cli.session import CommandError, Location, Session
+from llama_index_recency.cli.session import CommandError, Location, Session, ranking_options
 from llama_index_recency.records.examples import (
     EXAMPLE_LANGUAGES,
     EXAMPLE_REFERENCE_DATE,
@@ -50,12 +50,14 @@ def run_calibrate(args: argparse.Namespace, session: Session) -> int:
         passes.
 
     Raises:
-        CommandError: Options that do not go together, a questions file that cannot be read
+        CommandError: Options that do not go together, a ranking option the policy
+            refuses (:func:`ranking_options`), a questions file that cannot be read
             or names no stored memory, unknown ``--question-ids``, labels that cannot be
             calibrated on, or (fitting a gate) a store without memories or one whose gate
             cannot be fitted.
         MemoryStoreNotFoundError: No store at ``--store`` or ``--url``.
     """
+    ranking_options(args)  # a value the policy refuses, before anything loads
     bundled = args.store is None and args.url is None
     if not bundled and args.questions is None:
         return _calibrate_gate(args, session)
@@ -180,6 +182,7 @@ def _report_calibration(session: Session, sets: list[list[RetrievedCandidates]],
 def _seed_pass(console: Console, retrieved: list[RetrievedCandidates], base: RecencyPolicy,
                args: argparse.Namespace) -> RecencyPolicy | None:
     """The four-candidate pass at one threshold (fitted first with --fit-threshold)."""
+    # model_copy does not validate: the options were checked by ranking_options.
     policy = base.model_copy(update={
         "weight": 0.05 if args.weight is None else args.weight,
         "tau_days": 14.0 if args.tau_days is None else args.tau_days,

@@ -44,14 +44,15 @@ from llama_index_recency.cli.rendering import (
     summary,
 )
 from llama_index_recency.errors import InvalidSettingError
+from llama_index_recency.errors import CommandError, LLMError
 from llama_index_recency.cli.session import (
     LLM_RETRIES,
-    CommandError,
-    LLMError,
     Location,
     Session,
     Written,
     default_store_path,
+    ranking_option_error,
+    ranking_options,
     reason,
 )
 from llama_index_recency.records.examples import EXAMPLE_REFERENCE_DATE, example_memories, example_questions
@@ -76,16 +77,13 @@ from llama_index_recency.ranking.vague import is_vague_reference
 from llama_index_recency.writing.writer import remember
 
 
-def _policy(args: argparse.Namespace, index: VectorStoreIndex, today: Any) -> RecencyPolicy:
-    """The store's policy (saved, else the model's shipped one) with the explicit options on top."""
-    explicit = {name: getattr(args, name) for name in ("weight", "tau_days", "threshold")
-                if getattr(args, name, None) is not None}
+def _policy(index: VectorStoreIndex, today: Any, explicit: dict[str, float]) -> RecencyPolicy:
+    """The store's policy (saved, else the model's shipped one) with the explicit options
+    (:func:`ranking_options`) on top."""
     try:
         return index_policy(index, reference_date=today, **explicit)
     except InvalidSettingError as error:
-        field, value, reason = error.problems[0]
-        raise CommandError(f"bad ranking option: --{field.replace('_', '-')} {value!r}: "
-                           f"{reason}") from None
+        raise ranking_option_error(error) from None
 
 
 def _llm(args: argparse.Namespace) -> LLM | None:
@@ -208,11 +206,12 @@ def run_demo(args: argparse.Namespace, session: Session) -> int:
         LLMError: The LLM call failed (with an endpoint set and no ``--no-llm``).
     """
     console = session.console
+    explicit = ranking_options(args)
     llm = _llm(args)
     questions = select(example_questions(args.lang), args.question_ids)
     today = EXAMPLE_REFERENCE_DATE.isoformat()
     with session.store(args.model, Location(None, None), writes=True) as index:
-        policy = _policy(args, index, EXAMPLE_REFERENCE_DATE)
+        policy = _policy(index, EXAMPLE_REFERENCE_DATE, explicit)
         postprocessor = RecencyBonusPostprocessor(**dict(policy), embed_model=session.embed_model)
         console.print(
             f"[bold]llama-index-recency demo[/]: model={args.model}, lang={args.lang}, "
@@ -318,13 +317,14 @@ def run_ask(args: argparse.Namespace, session: Session) -> int:
         MemoryStoreNotFoundError: No store at the location (nothing is created).
         LLMError: The LLM call failed; the ranking is printed first.
     """
+    explicit = ranking_options(args)
     llm = _llm(args)
     session.console.print(llm_line(llm))
     location = Location.of(args, default_store_path())
     with session.store(args.model, location, writes=False) as index:
         if count_memories(index) == 0:
             raise CommandError(f"no memories stored in {location}; add some first", 1)
-        policy = _policy(args, index, args.today)
+        policy = _policy(index, args.today, explicit)
         session.console.print(policy_line(policy))
         retriever = QdrantRecencyRetriever.from_index(index, policy, user_id=args.user)
         ranking = _search(session, retriever, args.question)
@@ -407,8 +407,8 @@ def run_forget(args: argparse.Namespace, session: Session) -> int:
         if not args.yes and not _confirmed(f"Delete these {' and '.join(doomed)} for good?"):
             session.console.print("nothing deleted")
             return 1
-        dropped = 0 if outbox is None else outbox.drop_user(args.user)
-        if whole_user:  # forget drops the user's conversations in the outbox too
+        dropped = waiting
+        if whole_user:  # forget drops the user's waiting conversations once the delete is done
             deleted = forget(store, user_id=args.user)
         else:
             deleted = forget(store, [node.node_id for node in chosen], user_id=args.user)

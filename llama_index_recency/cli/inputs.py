@@ -247,10 +247,18 @@ def check_targets(path: Path, sets: list[list[RetrievedCandidates]], source: str
     memory): a misspelt key would only fail its question, without ever being named.
 
     Raises:
-        CommandError: A target that names no memory in ``source``.
+        CommandError: A memory whose key is not a string (the fit could not name it), or a
+            target that names no memory in ``source``.
     """
     for retrieved in sets:
         for item in retrieved:
+            for candidate in item.candidates:
+                key = candidate.node.metadata.get(DEFAULT_KEY)
+                if key is not None and not isinstance(key, str):
+                    raise CommandError(
+                        f"memory {candidate.node.node_id} in {source} has the key {key!r}, not "
+                        "a string: questions name memories by a string key; import it again "
+                        "with a string key and --replace", 1)
             names = {n.node.metadata.get(DEFAULT_KEY, n.node.node_id) for n in item.candidates}
             for target in item.question.targets:
                 if target not in names:

@@ -86,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     _model_options(demo)
     _lang_option(demo, EXAMPLE_LANGUAGES)
     _ranking_options(demo)
-    demo.add_argument("--top-k", type=int, default=8, help="candidates taken by raw cosine")
+    demo.add_argument("--top-k", type=_positive_int, default=8,
+                      help="candidates taken by raw cosine")
     _chat_options(demo)
     demo.add_argument("--question-ids", type=_id_list, default=None, metavar="IDS",
                       help="only these questions, comma-separated (e.g. C1,H2)")
@@ -137,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
                              help="with --fit-threshold: bonus weight (default 0.05)")
     calibration.add_argument("--tau-days", type=float, default=None,
                              help="with --fit-threshold: bonus decay (default 14)")
-    calibration.add_argument("--top-k", type=int, default=8, help="candidates taken by raw cosine")
+    calibration.add_argument("--top-k", type=_positive_int, default=8,
+                             help="candidates taken by raw cosine")
     _user_option(calibration, "without --questions: fit the gate on this user's memories")
     calibration.add_argument("--relevance", choices=("cosine", "cohort"), default=None,
                              help="without --questions: the units to fit the gate in (default: "
@@ -256,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     history = commands.add_parser("history", help="every version of one memory's fact, oldest "
                                   "first (no model needed)")
     _store_options(history)
-    history.add_argument("id", metavar="ID", help="a memory id (see `list`)")
+    history.add_argument("id", type=_memory_id, metavar="ID", help="a memory id (see `list`)")
     _user_option(history, "only if the memory is this user's")
     history.set_defaults(run=run_history)
 
@@ -354,6 +356,16 @@ def _seconds(value: str) -> float:
     if not (math.isfinite(seconds) and seconds > 0):
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value!r}")
     return seconds
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value!r}")
+    return number
 
 
 def _memory_id(value: str) -> str:

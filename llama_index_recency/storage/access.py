@@ -21,6 +21,7 @@ from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import AsyncQdrantClient, QdrantClient
 from qdrant_client.http.exceptions import ResponseHandlingException
 
+from llama_index_recency.records.nodes import control_character
 from llama_index_recency.storage.edge import QdrantEdgeVectorStore
 from llama_index_recency.errors import (
     InvalidInputError,
@@ -80,18 +81,19 @@ def edge_shard_path(path: str | os.PathLike[str], collection_name: str = DEFAULT
 
 
 def check_collection_name(name: str) -> str:
-    """``name`` if it is a plain collection name: not empty, not ``.`` or ``..``, without a
-    path separator or NUL (it names a directory under the store, and a server collection).
-    Otherwise ``ValueError`` naming it.
+    """``name`` if it is a plain collection name: not empty nor only blanks, not ``.`` or
+    ``..``, without a path separator or a control character (it names a directory under the
+    store, and a server collection). Otherwise ``InvalidInputError`` naming it.
 
     Raises:
-        InvalidInputError: ``name`` is empty, ``.`` or ``..``, or holds a path separator or
-            NUL.
+        InvalidInputError: ``name`` is empty or only blanks, ``.`` or ``..``, or holds a path
+            separator or a control character (NUL, a tab, an escape, a line break).
     """
-    if name in ("", ".", "..") or any(bad in name for bad in ("/", "\\", "\0")):
+    if (not name.strip() or name in (".", "..") or "/" in name or "\\" in name
+            or control_character(name) is not None):
         raise InvalidInputError(
-            f"collection name {name!r} is not a plain name: give a non-empty name "
-            "without '/', '\\', NUL, and not '.' or '..'")
+            f"collection name {name!r} is not a plain name: give a name of printable text, "
+            "not only blanks, without '/' or '\\', and not '.' or '..'")
     return name
 
 
@@ -148,13 +150,20 @@ def qdrant_clients(
         or with ``use_async`` only the async one (the other is None).
 
     Raises:
-        InvalidInputError: Both ``url`` and ``path`` given.
+        InvalidInputError: Both ``url`` and ``path`` given, or a ``url`` that cannot be
+            parsed (a bad host or port, an unknown scheme).
         MemoryStoreLockedError: ``path`` is already open in another client or process.
     """
     if url is not None:
         if path is not None:
             raise InvalidInputError("give either a Qdrant server url or a local path, not both")
-        return QdrantClient(url=url, api_key=api_key), AsyncQdrantClient(url=url, api_key=api_key)
+        try:
+            return (QdrantClient(url=url, api_key=api_key),
+                    AsyncQdrantClient(url=url, api_key=api_key))
+        except ValueError as error:  # urllib3's LocationParseError, an unknown scheme
+            raise InvalidInputError(
+                f"the Qdrant server url {url!r} is not a valid URL: {error}; give one such as "
+                "http://localhost:6333") from None
     location: dict[str, Any] = (
         {"path": os.fspath(path)} if path is not None else {"location": ":memory:"}
     )

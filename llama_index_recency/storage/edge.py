@@ -11,6 +11,7 @@ import os
 import shutil
 import weakref
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Optional
 
 import qdrant_edge as edge
@@ -29,6 +30,7 @@ from llama_index_recency.storage.edge_files import (
     METADATA_FILE,
     SPACE_HEADROOM,
     check_space,
+    edge_error,
     read_metadata,
     refuse_foreign_directory,
     remedy,
@@ -45,7 +47,7 @@ from llama_index_recency.storage.edge_points import (
     query_filter,
     scroll,
 )
-from llama_index_recency.errors import InvalidInputError, MemoryStoreClosedError
+from llama_index_recency.errors import InvalidInputError, MemoryStoreClosedError, RecencyError
 from llama_index_recency.storage.edge_shard import (
     SHARD_STATE_KEY,
     create_shard,
@@ -67,7 +69,9 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
     A shard its own disk cannot load for writing (a read-only filesystem, or too little
     free space for what loading fills in) is loaded from a temporary copy in the system's
     temporary directory instead, holding the shard's lock meanwhile: reads work, and every
-    write raises the reason (:attr:`read_only`). The copy is deleted on ``close``.
+    write raises the reason (:attr:`read_only`). The copy is deleted on ``close``. A shard
+    file Edge cannot read (one truncated, say) makes any read or write raise
+    :class:`MemoryStoreDamagedError` naming the store.
 
     Search is always exact: segments stay plain and ``optimize()`` (which builds HNSW,
     minutes with the GIL held, and makes search approximate) is never called.
@@ -182,6 +186,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
                 filesystem is read-only).
             MemoryStoreFullError: The disk is too full for the write (or the shard is read
                 from a temporary copy for that reason).
+            MemoryStoreDamagedError: A shard file Edge cannot read or write.
         """
         self._require_open()
         self._upsert([node_point(node, flat_metadata=self.flat_metadata) for node in nodes])
@@ -200,7 +205,9 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         if shard is not None:
             self._before_write(SPACE_HEADROOM, "to delete")
             match = edge.FieldCondition(key=DOCUMENT_ID_KEY, match=edge.MatchValue(ref_doc_id))
-            shard.update(edge.UpdateOperation.delete_points_by_filter(edge.Filter(must=[match])))
+            with self._edge_calls():
+                shard.update(
+                    edge.UpdateOperation.delete_points_by_filter(edge.Filter(must=[match])))
 
     def delete_nodes(
         self,
@@ -228,7 +235,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         selection = point_selection(node_ids, filters)
         if shard is not None and selection is not None and node_ids != []:
             self._before_write(SPACE_HEADROOM, "to delete")
-            shard.update(edge.UpdateOperation.delete_points_by_filter(selection))
+            with self._edge_calls():
+                shard.update(edge.UpdateOperation.delete_points_by_filter(selection))
 
     def get_nodes(
         self,
@@ -240,13 +248,14 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
 
         Raises:
             InvalidInputError: An id that is not a UUID, or a filter Edge cannot express.
+            MemoryStoreDamagedError: A shard file Edge cannot read.
         """
         shard = self._require_open()
         selection = point_selection(node_ids, filters)
         if shard is None or node_ids == []:
             return []
-        records = scroll(shard, selection, with_vector=True)
-        return [point_node(record) for record in records]
+        with self._edge_calls():
+            return [point_node(record) for record in scroll(shard, selection, with_vector=True)]
 
     def clear(self) -> None:
         """Delete every node and reclaim the disk; the vector size, indexes and collection
@@ -278,12 +287,14 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
 
         Raises:
             InvalidInputError: A filter Edge cannot express.
+            MemoryStoreDamagedError: A shard file Edge cannot read.
         """
         shard = self._require_open()
         selection = to_edge_filter(filters) if filters is not None and filters.filters else None
         if shard is None:
             return 0
-        return shard.count(edge.CountRequest(exact=True, filter=selection))
+        with self._edge_calls():
+            return shard.count(edge.CountRequest(exact=True, filter=selection))
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """Top ``similarity_top_k`` nodes by exact cosine (``similarities`` are raw cosines),
@@ -293,6 +304,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             InvalidInputError: A query that is not a dense one (``mode`` other than
                 ``DEFAULT``) or has no ``query_embedding``; a node id that is not a UUID; a
                 filter Edge cannot express.
+            MemoryStoreDamagedError: A shard file Edge cannot read.
         """
         if query.mode != VectorStoreQueryMode.DEFAULT:
             raise InvalidInputError(
@@ -303,15 +315,15 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         selection = query_filter(query)
         if shard is None:
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
-        points = shard.query(
-            edge.QueryRequest(
-                limit=query.similarity_top_k,
-                query=edge.Query.Nearest([float(x) for x in query.query_embedding]),
-                filter=selection,
-                with_payload=True,
-                params=edge.SearchParams(exact=True),
-            )
+        request = edge.QueryRequest(
+            limit=query.similarity_top_k,
+            query=edge.Query.Nearest([float(x) for x in query.query_embedding]),
+            filter=selection,
+            with_payload=True,
+            params=edge.SearchParams(exact=True),
         )
+        with self._edge_calls():
+            points = shard.query(request)
         return VectorStoreQueryResult(
             nodes=[point_node(point) for point in points],
             similarities=[point.score for point in points],
@@ -325,8 +337,9 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         shard = self._require_open()
         if shard is None:
             return
-        for record in scroll(shard, None, with_vector=True, batch_size=batch_size):
-            yield str(record.id), record.vector, record.payload
+        with self._edge_calls():
+            for record in scroll(shard, None, with_vector=True, batch_size=batch_size):
+                yield str(record.id), record.vector, record.payload
 
     def upsert_points(self, points: Sequence[tuple[str, list[float], dict]]) -> None:
         """Write ``(id, vector, payload)`` points as given (ids must be UUIDs).
@@ -373,7 +386,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         """Write pending changes into the segments (the WAL already makes them durable)."""
         shard = self._require_open()
         if shard is not None:
-            shard.flush()
+            with self._edge_calls():
+                shard.flush()
 
     def close(self) -> None:
         """Release the shard and its lock (and delete a temporary copy); the store is
@@ -435,8 +449,27 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
                 edge.Point(identifier, [float(x) for x in vector], payload)
                 for identifier, vector, payload in chunk
             ]
-            shard.update(edge.UpdateOperation.upsert_points(batch))
+            with self._edge_calls():
+                shard.update(edge.UpdateOperation.upsert_points(batch))
         warn_if_it_cannot_reopen(self.path)
+
+    @contextmanager
+    def _edge_calls(self) -> Iterator[None]:
+        """Calls to the loaded shard, its failures as one-line errors naming the store: Edge
+        reports a file it cannot read (a truncated vector file, say) as a plain Exception,
+        "Service runtime error: …", which no retry mends: the store is damaged."""
+        try:
+            yield
+        except RecencyError:
+            raise
+        except Exception as error:
+            text = str(error)
+            known = edge_error(self.path, self._loaded_from, error,
+                               damaged=text.startswith("Service runtime error")
+                               and "Permission denied" not in text)
+            if known is None:
+                raise
+            raise known from None
 
     def _before_write(self, needed: int, what: str) -> None:
         """Check the store is writable and has the free space, and record before this

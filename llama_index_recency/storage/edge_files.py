@@ -29,6 +29,9 @@ METADATA_FILE = "collection_metadata.json"
 EDGE_CONFIG_FILE = "edge_config.json"
 """The file Edge keeps at a shard's root: its vector parameters."""
 
+SHARD_DIRECTORIES = ("segments", "wal")
+"""The directories Edge keeps beside its ``edge_config.json`` in a shard."""
+
 # Edge writes through mmap'd files: a page the disk cannot back kills the process with
 # SIGBUS, not an error. So free space is checked before Edge touches the disk. Measured
 # (384 to 1024 dims, 300 to 3000 payload bytes): the WAL, segments and indexes take 1.5 to
@@ -167,11 +170,16 @@ def megabytes(size: int) -> str:
     return f"{size / (1 << 20):.1f} MB"
 
 
+RECORD_PREFIX = "llama_index_recency."
+"""The prefix of the package's records in the collection metadata, each a JSON object."""
+
+
 def read_metadata(directory: str) -> dict[str, Any]:
     """The collection metadata kept in the shard directory ``directory``; empty when none.
 
     Raises:
-        InvalidInputError: The metadata file is not valid JSON, or not a JSON object.
+        MemoryStoreDamagedError: The metadata file is not valid JSON, not a JSON object, or
+            holds one of the package's records as anything but an object (or null).
         OSError: The file cannot be read (``NotADirectoryError`` when ``directory`` is a
             file).
     """
@@ -182,11 +190,24 @@ def read_metadata(directory: str) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except json.JSONDecodeError as error:
-        raise InvalidInputError(
-            f"the collection metadata {path} is not valid JSON: {error}") from None
+        raise _damaged_metadata(directory, f"is not valid JSON: {error}") from None
     if not isinstance(record, dict):
-        raise InvalidInputError(f"the collection metadata {path} is not a JSON object")
+        raise _damaged_metadata(directory, "is not a JSON object")
+    for key, value in record.items():
+        if key.startswith(RECORD_PREFIX) and not isinstance(value, (dict, type(None))):
+            raise _damaged_metadata(directory, f"holds {key!r} as {json.dumps(value)[:40]}, "
+                                    "not an object")
     return record
+
+
+def _damaged_metadata(directory: str, problem: str) -> MemoryStoreDamagedError:
+    """A metadata file that cannot be used, and what can be done: the points do not depend
+    on it (it records the embedding model, the saved policy and the last close)."""
+    return MemoryStoreDamagedError(
+        f"the store at {directory} is damaged: its collection metadata "
+        f"{os.path.join(directory, METADATA_FILE)} {problem}; restore that file from a "
+        "backup, or move it away: the memories stay, the saved policy is lost and the next "
+        "command that opens the store with a model records that model")
 
 
 def refuse_foreign_directory(path: str) -> None:
@@ -195,13 +216,20 @@ def refuse_foreign_directory(path: str) -> None:
 
     Raises:
         MemoryStorePathError: ``path`` is a file.
-        InvalidInputError: ``path`` is a directory holding anything but a metadata file.
+        MemoryStoreDamagedError: ``path`` holds a shard's own directories (``segments``,
+            ``wal``) without its ``edge_config.json``: a shard that lost that file.
+        InvalidInputError: ``path`` is a directory holding anything else but a metadata
+            file.
     """
     if os.path.isfile(path):
         raise MemoryStorePathError(f"{path} is a file, not a Qdrant Edge shard directory")
     if not os.path.isdir(path):
         return
     foreign = sorted(name for name in os.listdir(path) if not name.startswith(METADATA_FILE))
+    if set(foreign) & set(SHARD_DIRECTORIES):
+        raise MemoryStoreDamagedError(
+            f"the store at {path} is damaged: {EDGE_CONFIG_FILE} is missing (it holds "
+            f"{', '.join(foreign[:3])}); restore it from an export or backup")
     if foreign:
         raise InvalidInputError(
             f"{path} is not a Qdrant Edge shard but holds {', '.join(foreign[:3])}; "
@@ -295,7 +323,8 @@ def write_metadata(path: str, record: dict[str, Any]) -> None:
 
 def opened_shard(path: str, open_shard: Any, *args: Any) -> Any:
     """``open_shard(*args)`` (Edge's ``EdgeShard.load`` or ``create``) for the store at ``path``,
-    with Edge's failures (a plain Exception with the text) as one-line errors.
+    with Edge's failures (a plain Exception with the text) as one-line errors
+    (:func:`edge_error`; any failure to load, but a refused permission, is damage).
 
     Raises:
         MemoryStoreLockedError: the shard is open in another process or handle.
@@ -310,19 +339,31 @@ def opened_shard(path: str, open_shard: Any, *args: Any) -> Any:
     try:
         return open_shard(*args)
     except Exception as error:
-        text = str(error)
-        if "WouldBlock" in text:
-            raise MemoryStoreLockedError(
-                f"the store at {path} is already open in another process or handle"
-            ) from None
-        if "os error 30" in text or "Read-only file system" in text:
-            raise read_only_error(path) from None
-        if "os error 28" in text or "No space left" in text:
-            raise MemoryStoreFullError(f"the disk holding the store at {path} is "
-                                       "full; free some space") from None
-        if open_shard is not edge.EdgeShard.load or "Permission denied" in text:
+        loading = open_shard is edge.EdgeShard.load
+        known = edge_error(path, args[0], error,
+                           damaged=loading and "Permission denied" not in str(error))
+        if known is None:
             raise
-        raise MemoryStoreDamagedError(
-            f"the store at {path} is damaged: {edge_reason(text, args[0])}; restore "
-            "it from an export or backup"
-        ) from None
+        raise known from None
+
+
+def edge_error(path: str, loaded_from: str, error: Exception, *, damaged: bool
+               ) -> Optional[Exception]:
+    """The one-line error for a failure Edge reports as a plain Exception with its text, on
+    the shard at ``path`` loaded from ``loaded_from`` (itself or a temporary copy): another
+    handle holds it, its disk is read-only or full, or (when the caller knows the failure
+    means a bad file: ``damaged``) it is damaged; None for any other failure."""
+    text = str(error)
+    if "WouldBlock" in text:
+        return MemoryStoreLockedError(
+            f"the store at {path} is already open in another process or handle")
+    if "os error 30" in text or "Read-only file system" in text:
+        return read_only_error(path)
+    if "os error 28" in text or "No space left" in text:
+        return MemoryStoreFullError(f"the disk holding the store at {path} is full; free "
+                                    "some space")
+    if damaged:
+        return MemoryStoreDamagedError(
+            f"the store at {path} is damaged: {edge_reason(text, loaded_from)}; restore it "
+            "from an export or backup")
+    return None

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -175,7 +176,8 @@ def export_memories(
     as it was.
 
     Raises:
-        InvalidInputError: A memory that cannot be exported (:func:`memory_lines`).
+        InvalidInputError: A memory that cannot be exported (:func:`memory_lines`), or a
+            ``path`` that is not a regular file (:func:`write_memory_file`).
         OSError: ``path`` cannot be written.
     """
     return write_memory_file(path, memory_lines(index, user_id=user_id,
@@ -188,15 +190,18 @@ aexport_memories = in_thread(export_memories)
 def write_memory_file(path: str | os.PathLike[str], lines: Iterable[str]) -> int:
     """Write ``lines`` (each without its newline) to ``path`` atomically; returns how many.
 
-    They go to a temporary file beside ``path`` (readable by its owner only: memories are
-    personal), which is synced and then renamed over ``path``; any failure (a line that
-    cannot be made, a full disk) removes it and leaves ``path`` as it was.
+    A symlink is followed: the file it points to is what is written (a link to a backup
+    disk stays a link). They go to a temporary file beside that file (readable by its owner
+    only: memories are personal), which is synced and then renamed over it; any failure (a
+    line that cannot be made, a full disk) removes it and leaves the file as it was.
 
     Raises:
-        OSError: The file cannot be written (no such directory, a full disk); an error
-            from ``lines`` passes through as is.
+        InvalidInputError: ``path`` (or what it links to) exists and is not a regular file:
+            a directory, a device, a FIFO or a socket, named.
+        OSError: The file cannot be written (no such directory, a full disk, a symlink
+            loop); an error from ``lines`` passes through as is.
     """
-    path = Path(path)
+    path = _regular_file(Path(path))
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
                                              suffix=".tmp")
     count = 0
@@ -214,6 +219,26 @@ def write_memory_file(path: str | os.PathLike[str], lines: Iterable[str]) -> int
             os.unlink(temporary)
         raise
     return count
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def _regular_file(path: Path) -> Path:
+    """The file ``path`` names, its symlinks resolved: renaming a file over the link itself
+    would replace the link (or a device node) and leave what it names untouched."""
+    target = Path(os.path.realpath(path))
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return target
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "a special file")
+        raise InvalidInputError(f"{target} is {kind}, not a regular file: give the path of a "
+                                "file to write")
+    return target
 
 
 # --- import ---------------------------------------------------------------------------
@@ -248,7 +273,7 @@ def import_memories(
         OSError: ``path`` cannot be read.
     """
     nodes = read_memory_file(path).checked_for(index, replace=replace)
-    return len(insert_memories(index, nodes, on_progress=on_progress).new)
+    return len(insert_memories(index, nodes, on_progress=on_progress, replace=replace).new)
 
 
 aimport_memories = in_thread(import_memories)

@@ -14,6 +14,7 @@ from typing import Any, Optional
 from llama_index.core.schema import BaseNode, TextNode
 
 from llama_index_recency.errors import MemoryFileError
+from llama_index_recency.fitting.calibration import DEFAULT_KEY
 from llama_index_recency.records.links import LINK_KEYS, check_link, linked_ids
 from llama_index_recency.records.nodes import (
     SUPERSEDED_BY_KEY,
@@ -135,7 +136,8 @@ def read_memory_file(path: str | os.PathLike[str]) -> MemoryFile:
     """Read and check every line of a JSON Lines memory file (its fields: see
     :mod:`llama_index_recency.writing.backup`) before
     anything is stored: the first bad line raises :class:`MemoryFileError` naming its
-    number. Blank lines are skipped; a file that cannot be read raises ``OSError``.
+    number. Blank lines are skipped, but a file of none but them is refused; a file that
+    cannot be read raises ``OSError``.
 
     Each line becomes the node :func:`~llama_index_recency.records.nodes.memory_node` makes for it
     (same text layout, same metadata, the same keys excluded from embedding and prompt),
@@ -143,8 +145,10 @@ def read_memory_file(path: str | os.PathLike[str]) -> MemoryFile:
     (a backup restores what was stored).
 
     Raises:
-        MemoryFileError: The first line that cannot be imported: not UTF-8, not a JSON
-            object with the fields of a memory, a memory :func:`memory_node` refuses, a
+        MemoryFileError: A file without a memory line; the first line that cannot be
+            imported: not UTF-8, not a JSON object with the fields of a memory (NaN and
+            Infinity in ``metadata`` are no JSON; its ``key`` is a string), a memory
+            :func:`memory_node` refuses, a
             memory id already on an earlier line, or a ``supersedes`` that names another
             user's memory in the file or makes a cycle.
         OSError: The file cannot be read.
@@ -171,6 +175,9 @@ def read_memory_file(path: str | os.PathLike[str]) -> MemoryFile:
         nodes.append(node)
         lines.append(number)
         models.append(model)
+    if not nodes:  # most likely the wrong file, or one cut short: 0 stored would hide it
+        raise MemoryFileError(path, 1, "the file holds no memory (one JSON object a line, as "
+                              "export writes them)")
     problem = link_problem(None, nodes, must_exist=False)  # within the file, before the store
     if problem is not None:
         raise MemoryFileError(path, lines[problem[0]], problem[1])
@@ -212,6 +219,12 @@ def _node(path: Path, number: int, raw: str) -> tuple[TextNode, Optional[dict[st
     own = [key for key in OWN_FIELDS if key in metadata]
     if own:
         raise bad(f'"metadata" may not hold {own[0]!r}: it is a field of its own')
+    constant = _non_finite(metadata)
+    if constant is not None:  # the store keeps null: the line would no longer match it
+        raise bad(f'"metadata" holds {json.dumps(constant)}: JSON has no NaN or Infinity')
+    key = metadata.get(DEFAULT_KEY)
+    if key is not None and not isinstance(key, str):  # questions name memories by it
+        raise bad(f'"metadata" "{DEFAULT_KEY}" must be a string, got {_shown(key)}')
     vector = _vector(item, bad)
     try:
         built = memory_node(item["text"], item["date"], user_id=user,
@@ -235,6 +248,14 @@ def _node(path: Path, number: int, raw: str) -> tuple[TextNode, Optional[dict[st
             embedding=vector,
         )
     return node, None if vector is None else item["embedding_model"]
+
+
+def _non_finite(value: Any) -> Optional[float]:
+    """The first NaN or infinity in ``value`` (a JSON value: objects and lists searched)."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else value
+    inner = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return next((found for item in inner if (found := _non_finite(item)) is not None), None)
 
 
 def _vector(item: dict[str, Any], bad: Any) -> Optional[list[float]]:
