@@ -142,8 +142,12 @@ _EN_FREE_RELATIVE = re.compile(
 _EN_WORD = re.compile(r"[A-Za-z0-9]+")
 
 
+_EN_QUOTES = str.maketrans({"‘": "'", "’": "'", "“": '"', "”": '"'})
+"""Curly quotes (as phones and word processors type them) read as straight ones."""
+
+
 def _english_is_vague(question: str) -> bool:
-    text = question.replace("’", "'").replace("‘", "'")
+    text = question.translate(_EN_QUOTES)
     lowered = text.lower()
     strong = _EN_FREE_RELATIVE.search(lowered) is not None
     blanked = re.sub(r"\b(?:" + "|".join(_EN_TIME_WORDS) + r")\b", _blank, text,
