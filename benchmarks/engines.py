@@ -204,8 +204,8 @@ def query(engine: str, data_file: str, path: str, budget_s: float) -> dict[str, 
     from qdrant_client import QdrantClient
 
     from llama_index_recency import RecencyBonusPostprocessor
-    from llama_index_recency.storage import QdrantEdgeVectorStore
     from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
+    from llama_index_recency.storage import QdrantEdgeVectorStore
 
     queries = np.load(data_file)["queries"]
     policy = RecencyBonusPostprocessor(reference_date=REFERENCE.date().isoformat())

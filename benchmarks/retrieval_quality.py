@@ -44,12 +44,20 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from llama_index_recency.models.cohort import QueryScale, relevance_cohort
-from llama_index_recency.records.examples import EXAMPLE_REFERENCE_DATE, example_memories, example_questions
+from llama_index_recency.models.factories import (
+    CALIBRATED_POLICIES,
+    minilm_embedding,
+    offline_embedding,
+)
 from llama_index_recency.querying.gate import fit_gate, noise_margin
-from llama_index_recency.records.nodes import memory_node
-from llama_index_recency.models.factories import CALIBRATED_POLICIES, minilm_embedding, offline_embedding
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.supersession import newer_versions_first
+from llama_index_recency.records.examples import (
+    EXAMPLE_REFERENCE_DATE,
+    example_memories,
+    example_questions,
+)
+from llama_index_recency.records.nodes import memory_node
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"

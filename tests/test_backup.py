@@ -11,23 +11,23 @@ import pytest
 from llama_index.core.schema import MetadataMode
 
 from llama_index_recency import QdrantRecencyRetriever, index_policy, memory_node, open_memory_index
+from llama_index_recency.errors import MemoryFileError
+from llama_index_recency.records.nodes import SUPERSEDED_BY_KEY
+from llama_index_recency.storage import (
+    close_memory_index,
+    count_memories,
+    get_memories,
+    memory_history,
+    open_memory_store,
+)
 from llama_index_recency.writing.backup import (
     aexport_memories,
     aimport_memories,
     export_memories,
     import_memories,
-)
-from llama_index_recency.errors import MemoryFileError
-from llama_index_recency.storage import memory_history
-from llama_index_recency.storage import (
-    close_memory_index,
-    count_memories,
-    get_memories,
-    open_memory_store,
+    read_memory_file,
 )
 from llama_index_recency.writing.updates import insert_memories
-from llama_index_recency.writing.backup import read_memory_file
-from llama_index_recency.records.nodes import SUPERSEDED_BY_KEY
 
 from conftest import KnownCosineEmbedding
 

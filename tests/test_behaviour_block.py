@@ -8,12 +8,8 @@ import asyncio
 import logging
 
 import pytest
-
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.memory import Memory
-
-from llama_index_recency import RecencyMemoryBlock, openai_like_llm
-
 from test_memory_block import (
     BLOCK,
     COFFEE,
@@ -26,6 +22,8 @@ from test_memory_block import (
     sent_turns,
     tea_index,
 )
+
+from llama_index_recency import RecencyMemoryBlock, openai_like_llm
 
 
 def conversation_text(body: dict) -> str:

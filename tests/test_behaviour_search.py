@@ -16,8 +16,8 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
-from llama_index_recency.ranking.policy import parse_memory_date
 from llama_index_recency.ranking.plan import MemorySearch, SearchPlan, exact_recency_search
+from llama_index_recency.ranking.policy import parse_memory_date
 
 from conftest import QUERY, KnownCosineEmbedding, cosines_for
 

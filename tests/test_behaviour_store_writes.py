@@ -17,12 +17,10 @@ from llama_index.core import MockEmbedding
 from llama_index.core.schema import MetadataMode, TextNode
 
 from llama_index_recency import memory_node, open_memory_index
-from llama_index_recency.writing.updates import forget
-from llama_index_recency.writing import updates
 from llama_index_recency.records.nodes import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
-from llama_index_recency.storage import Conversation, Outbox
-from llama_index_recency.storage import get_memories
-from llama_index_recency.writing.updates import insert_memories
+from llama_index_recency.storage import Conversation, Outbox, get_memories
+from llama_index_recency.writing import updates
+from llama_index_recency.writing.updates import forget, insert_memories
 from llama_index_recency.writing.writer import Turn
 
 from conftest import KnownCosineEmbedding, cosines_for

@@ -26,6 +26,14 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.memory import Memory
 from llama_index.core.schema import NodeWithScore, TextNode
+from test_memory_block import (
+    NOTHING,
+    TALK,
+    eventually,
+    extraction_llm,
+    sent_turns,
+    tea_index,
+)
 
 from llama_index_recency import (
     RecencyMemory,
@@ -51,15 +59,6 @@ from llama_index_recency.ranking.vague import (
 from llama_index_recency.records.nodes import Turn
 from llama_index_recency.storage import Conversation, Outbox, QdrantEdgeVectorStore
 from llama_index_recency.storage.engine import run_search
-
-from test_memory_block import (
-    NOTHING,
-    TALK,
-    eventually,
-    extraction_llm,
-    sent_turns,
-    tea_index,
-)
 
 REFERENCE = datetime(2026, 9, 10, tzinfo=timezone.utc)
 

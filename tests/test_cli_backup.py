@@ -10,13 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import KnownCosineEmbedding, error_line
 
 from llama_index_recency import memory_node
-from llama_index_recency.storage import get_memories, open_memory_store
 from llama_index_recency.cli import main
 from llama_index_recency.cli.progress import PhaseProgress
 from llama_index_recency.records.nodes import SUPERSEDES_KEY
+from llama_index_recency.storage import get_memories, open_memory_store
+
+from conftest import KnownCosineEmbedding, error_line
 
 BLACK = ("The user drinks coffee black.", "2026-05-20")
 LATTE = ("The user switched to sweet café au lait.", "2026-09-01")

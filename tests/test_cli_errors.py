@@ -19,11 +19,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import KnownCosineEmbedding, error_line
 
 from llama_index_recency import memory_node, open_memory_index
-from llama_index_recency.storage import close_memory_index
 from llama_index_recency.cli import main
+from llama_index_recency.storage import close_memory_index
+
+from conftest import KnownCosineEmbedding, error_line
 
 MEMORY = ("The user drinks coffee black.", "2026-09-01")
 QUESTION = "How do I take my coffee?"

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import QdrantClient, models
 
@@ -33,6 +32,7 @@ def local_mode_store(path: Path, n: int = 300) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("cli_environment")  # rich wraps nothing: a long tmp path stays on a line
 def test_migrate_moves_a_0_1_0_store_to_edge_and_list_reads_it(tmp_path: Path, capsys) -> None:
     ids = local_mode_store(tmp_path / "old")
     assert main(["migrate", str(tmp_path / "old"), str(tmp_path / "new")]) == 0

@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pytest
-from conftest import KnownCosineEmbedding
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_recency import (
@@ -16,7 +15,6 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
-from llama_index_recency.records.examples import example_memories, EXAMPLE_REFERENCE_DATE
 from llama_index_recency.models.cohort import (
     COHORT_LANGUAGES,
     QueryScale,
@@ -24,6 +22,9 @@ from llama_index_recency.models.cohort import (
     cohort_texts,
     relevance_cohort,
 )
+from llama_index_recency.records.examples import EXAMPLE_REFERENCE_DATE, example_memories
+
+from conftest import KnownCosineEmbedding
 
 
 def test_a_question_is_scaled_by_its_own_language_group() -> None:
@@ -150,8 +151,8 @@ def test_embeddings_are_the_same_on_a_first_and_a_cached_run(
 def test_the_off_topic_bank_ships_embedded_for_e5(e5, tmp_path, monkeypatch) -> None:
     """A store's first gate fit asks 300 questions: for the default model their vectors ship
     with the package (nothing is embedded), and they are the model's own."""
-    from llama_index_recency.models import cohort
     from llama_index_recency.fitting.gate_fit import BANK_LANGUAGES, offtopic_questions
+    from llama_index_recency.models import cohort
 
     monkeypatch.setenv(cohort.CACHE_DIR_ENV, str(tmp_path))
     monkeypatch.setattr(cohort, "_CACHE", {})

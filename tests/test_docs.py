@@ -22,13 +22,12 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-
 from llama_index.core.instrumentation import get_dispatcher
+from test_cli_maintenance import local_mode_store
 
 from llama_index_recency.cli import main
 
 from conftest import OpenAIServer, ToolCall
-from test_cli_maintenance import local_mode_store
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

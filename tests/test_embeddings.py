@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
-from conftest import KnownCosineEmbedding, OpenAIServer
 
 from llama_index_recency import memory_node, open_memory_index
 from llama_index_recency.models.embeddings import (
@@ -20,7 +19,9 @@ from llama_index_recency.models.embeddings import (
     EmbeddingMismatchError,
     FallbackEmbedding,
 )
-from llama_index_recency.storage import close_memory_index, count_memories, EMBEDDING_METADATA_KEY
+from llama_index_recency.storage import EMBEDDING_METADATA_KEY, close_memory_index, count_memories
+
+from conftest import KnownCosineEmbedding, OpenAIServer
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 TEXT = "2026-09-01: Taro has been drinking sweet café au lait lately."

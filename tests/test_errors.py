@@ -9,16 +9,16 @@ from datetime import date
 
 import pytest
 from llama_index.core.schema import NodeWithScore
-from conftest import KnownCosineEmbedding, OpenAIServer
 
-from llama_index_recency.writing.backup import import_memories
-from llama_index_recency.errors import CommandError, LLMError
+from llama_index_recency import RecencyBonusPostprocessor, RecencyMemoryBlock, errors
 from llama_index_recency.errors import (
+    CommandError,
     EmbeddingAPIError,
     EmbeddingMismatchError,
     FinalWriteError,
     FutureMemoryDateError,
     InvalidSettingError,
+    LLMError,
     MemoryDateError,
     MemoryFileError,
     MemoryNotFoundError,
@@ -33,18 +33,19 @@ from llama_index_recency.errors import (
     RecencyError,
     RetryableWriteError,
 )
-from llama_index_recency import errors
-from llama_index_recency.records.nodes import memory_node
 from llama_index_recency.models.factories import openai_like_llm
 from llama_index_recency.ranking.policy import RecencyPolicy
-from llama_index_recency import RecencyBonusPostprocessor, RecencyMemoryBlock
+from llama_index_recency.records.nodes import memory_node
 from llama_index_recency.storage import (
     close_memory_index,
     get_memory,
     open_memory_index,
     open_memory_store,
 )
+from llama_index_recency.writing.backup import import_memories
 from llama_index_recency.writing.writer import Turn, extract_memories
+
+from conftest import KnownCosineEmbedding, OpenAIServer
 
 CONSTRUCTED = [  # (error, its standard base), as each is raised by the package
     (FutureMemoryDateError(date(2099, 1, 1), date(2026, 9, 1)), ValueError),

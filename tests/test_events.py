@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-
 import pytest
-from conftest import QUERY, KnownCosineEmbedding
 
 from llama_index_recency import (
     QdrantRecencyRetriever,
@@ -12,6 +10,8 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
+
+from conftest import QUERY, KnownCosineEmbedding
 
 BLACK = ("Taro drinks his coffee black.", "2026-08-20")
 CAFE = ("Taro has been drinking sweet café au lait lately.", "2026-09-01")

@@ -18,8 +18,7 @@ from llama_index.core.vector_stores.types import (
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import QdrantClient
 
-from llama_index_recency.storage import QdrantEdgeVectorStore
-from llama_index_recency.storage import to_edge_filter, to_qdrant_filter
+from llama_index_recency.storage import QdrantEdgeVectorStore, to_edge_filter, to_qdrant_filter
 
 # Missing keys, nulls, empty lists, floats, date-only and offset timestamps on purpose.
 ROWS = {

@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 
 from llama_index_recency import RecencyPolicy, index_policy, memory_node, open_memory_index
-from llama_index_recency.records.examples import example_memories, EXAMPLE_REFERENCE_DATE
-from llama_index_recency.storage import embedding_of, save_policy
 from llama_index_recency.models.cohort import cohort_texts, relevance_cohort
 from llama_index_recency.querying.gate import (
     MAX_BRING_UP,
@@ -17,6 +15,8 @@ from llama_index_recency.querying.gate import (
     noise_margin,
     offtopic_questions,
 )
+from llama_index_recency.records.examples import EXAMPLE_REFERENCE_DATE, example_memories
+from llama_index_recency.storage import embedding_of, save_policy
 
 
 def test_fit_gate_holds_each_language_to_the_share_in_the_middle_of_the_gap() -> None:

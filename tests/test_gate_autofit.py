@@ -10,16 +10,15 @@ from datetime import date
 from pathlib import Path
 
 import pytest
-from qdrant_client import QdrantClient
-from conftest import ToolCall
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.llms.types import ChatMessage
+from qdrant_client import QdrantClient
 
 from llama_index_recency import (
     QdrantRecencyRetriever,
+    RecencyError,
     RecencyMemory,
     RecencyMemoryBlock,
-    RecencyError,
     RecencyPolicy,
     index_policy,
     memory_node,
@@ -31,6 +30,8 @@ from llama_index_recency.models.cohort import cohort_texts
 from llama_index_recency.querying.gate import fit_gate, refit_gate
 from llama_index_recency.ranking.language import nearest_language, question_language
 from llama_index_recency.storage import gate_record, save_policy
+
+from conftest import ToolCall
 
 TODAY = date.today().isoformat()
 QUESTION = "What do I like to drink?"
@@ -344,9 +345,10 @@ def test_each_question_meets_its_languages_threshold_and_says_so(e5, collected) 
 def test_a_bank_question_is_scored_by_its_best_memory_even_when_a_successor_goes_first() -> None:
     """A linked successor placed before the memory it updates does not lower the question's
     best score: the fit must see what a question can bring, or it fits a gate too low."""
-    from conftest import KnownCosineEmbedding, cosines_for
-    from llama_index_recency.records.nodes import SUPERSEDES_KEY
     from llama_index_recency.querying.gate import offtopic_best
+    from llama_index_recency.records.nodes import SUPERSEDES_KEY
+
+    from conftest import KnownCosineEmbedding, cosines_for
 
     old = memory_node("Taro drinks coffee black.", "2026-08-01")
     new = memory_node("Taro drinks café au lait.", "2026-08-20")
@@ -363,8 +365,9 @@ def test_a_bank_question_is_scored_by_its_best_memory_even_when_a_successor_goes
 def test_two_models_of_one_name_and_two_sizes_each_fit_with_their_own_vectors() -> None:
     """One model name can serve several vector sizes (Qwen3 truncated or not): the bank's
     cached vectors of one size are never asked of a store of the other."""
-    from conftest import KnownCosineEmbedding, cosines_for
     from llama_index_recency.querying.gate import offtopic_best
+
+    from conftest import KnownCosineEmbedding, cosines_for
 
     bank = {"en": ["Which café is the best in Paris?"]}
     for count in (1, 3):

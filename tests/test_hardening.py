@@ -12,7 +12,6 @@ from pathlib import Path
 
 import openai
 import pytest
-from conftest import QUERY, KnownCosineEmbedding
 from hypothesis import given
 from hypothesis import strategies as st
 from llama_index.core.schema import NodeWithScore, TextNode
@@ -25,10 +24,12 @@ from llama_index_recency import (
     open_memory_index,
     openai_like_llm,
 )
+from llama_index_recency.errors import MemoryStoreLockedError
 from llama_index_recency.ranking.policy import MemoryDateError
 from llama_index_recency.storage import close_memory_index, count_memories
-from llama_index_recency.errors import MemoryStoreLockedError
 from llama_index_recency.writing.writer import MemoryWriteError, parse_transcript, remember
+
+from conftest import QUERY, KnownCosineEmbedding
 
 TODAY = "2026-09-10"
 TESTS = Path(__file__).parent

@@ -9,14 +9,19 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import KnownCosineEmbedding, error_line
 
 from llama_index_recency import memory_node, open_memory_index
-from llama_index_recency.storage import memory_history
-from llama_index_recency.storage import close_memory_index, get_memories, open_memory_store
-from llama_index_recency.writing.updates import insert_memories
 from llama_index_recency.cli import main
 from llama_index_recency.records.nodes import SUPERSEDES_KEY
+from llama_index_recency.storage import (
+    close_memory_index,
+    get_memories,
+    memory_history,
+    open_memory_store,
+)
+from llama_index_recency.writing.updates import insert_memories
+
+from conftest import KnownCosineEmbedding, error_line
 
 BLACK = ("The user drinks coffee black.", "2026-05-20")
 LATTE = ("The user switched to sweet café au lait.", "2026-09-01")

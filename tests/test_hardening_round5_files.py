@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import KnownCosineEmbedding, error_line
 
 from llama_index_recency import memory_node, open_memory_index
 from llama_index_recency.cli import main
@@ -24,6 +23,8 @@ from llama_index_recency.errors import (
 )
 from llama_index_recency.storage import check_collection_name, close_memory_index
 from llama_index_recency.writing.backup import read_memory_file, write_memory_file
+
+from conftest import KnownCosineEmbedding, error_line
 
 COFFEE = ("The user drinks coffee black.", "2026-09-01")
 TEA = ("The user likes tea.", "2026-09-02")

@@ -10,8 +10,12 @@ from typing import Any, Iterator
 import pytest
 from llama_index.core.schema import NodeWithScore, TextNode
 
-from llama_index_recency import MemoryResponseSynthesizer, RecencyMemory, memory_node
-from llama_index_recency import openai_like_llm
+from llama_index_recency import (
+    MemoryResponseSynthesizer,
+    RecencyMemory,
+    memory_node,
+    openai_like_llm,
+)
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.integrations.prompts import RETRIEVED_MEMORY_PROMPT, memory_context
 from llama_index_recency.records.text import memory_text

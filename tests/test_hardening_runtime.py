@@ -7,12 +7,10 @@ import re
 import threading
 import time
 from datetime import date
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-from http.server import ThreadingHTTPServer
-
 import pytest
-from conftest import KnownCosineEmbedding, OpenAIServer, _handler, error_line
 from llama_index.core.base.llms.types import ChatMessage
 
 from llama_index_recency import (
@@ -23,9 +21,10 @@ from llama_index_recency import (
 )
 from llama_index_recency.cli import main
 from llama_index_recency.models.embeddings import MAX_QUERY_CHARS, FallbackEmbedding
-from llama_index_recency.storage import Conversation, Outbox
-from llama_index_recency.storage import close_memory_index
+from llama_index_recency.storage import Conversation, Outbox, close_memory_index
 from llama_index_recency.writing.writer import Turn
+
+from conftest import KnownCosineEmbedding, OpenAIServer, _handler, error_line
 
 pytestmark = pytest.mark.usefixtures("cli_environment")
 

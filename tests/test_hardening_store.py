@@ -13,16 +13,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import KnownCosineEmbedding, error_line
 import test_cli_errors
 from test_cli_errors import MEMORY, QUESTION, embedding_for, run_in_child
 
 from llama_index_recency import memory_node, open_memory_index
 from llama_index_recency.cli import main
-from llama_index_recency.storage import QdrantEdgeVectorStore
-from llama_index_recency.storage import outbox_path
-from llama_index_recency.storage import close_memory_index, edge_shard_path, open_memory_store
 from llama_index_recency.errors import MemoryStoreLockedError
+from llama_index_recency.storage import (
+    QdrantEdgeVectorStore,
+    close_memory_index,
+    edge_shard_path,
+    open_memory_store,
+    outbox_path,
+)
+
+from conftest import KnownCosineEmbedding, error_line
 
 pytestmark = pytest.mark.usefixtures("cli_environment")
 

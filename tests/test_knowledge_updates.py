@@ -10,10 +10,11 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import KnownCosineEmbedding
 
 from llama_index_recency import QdrantRecencyRetriever, RecencyPolicy
 from llama_index_recency.records.nodes import has_subject
+
+from conftest import KnownCosineEmbedding
 
 BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "knowledge_updates.py"
 

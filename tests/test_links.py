@@ -10,7 +10,6 @@ import math
 import uuid
 
 import pytest
-from conftest import QUERY, KnownCosineEmbedding, cosines_for
 
 from llama_index_recency import (
     QdrantRecencyRetriever,
@@ -18,9 +17,11 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
-from llama_index_recency.storage import amemory_history, memory_history
 from llama_index_recency.errors import MemoryNotFoundError
 from llama_index_recency.records.nodes import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
+from llama_index_recency.storage import amemory_history, memory_history
+
+from conftest import QUERY, KnownCosineEmbedding, cosines_for
 
 POLICY = RecencyPolicy(threshold=0.45, reference_date="2026-09-10")
 

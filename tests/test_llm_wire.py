@@ -20,7 +20,10 @@ from llama_index_recency import (
     open_memory_index,
     openai_like_llm,
 )
-from llama_index_recency.integrations.prompts import RETRIEVED_MEMORY_CONTEXT_TEMPLATE, RETRIEVED_MEMORY_PROMPT
+from llama_index_recency.integrations.prompts import (
+    RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
+    RETRIEVED_MEMORY_PROMPT,
+)
 
 from conftest import QUERY, KnownCosineEmbedding, OpenAIServer, ToolCall, cosines_for
 

@@ -29,9 +29,6 @@ from llama_index.core.memory import Memory
 from llama_index.core.schema import TextNode
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
-from llama_index_recency.integrations import memory_block
-from llama_index_recency.storage import Outbox
-from llama_index_recency.storage import check_memory_store
 from llama_index_recency import (
     RecencyMemoryBlock,
     RecencyPolicy,
@@ -39,7 +36,14 @@ from llama_index_recency import (
     open_memory_index,
     openai_like_llm,
 )
-from llama_index_recency.storage import close_memory_index, count_memories, get_memories
+from llama_index_recency.integrations import memory_block
+from llama_index_recency.storage import (
+    Outbox,
+    check_memory_store,
+    close_memory_index,
+    count_memories,
+    get_memories,
+)
 from llama_index_recency.writing.updates import forget
 
 from conftest import KnownCosineEmbedding, OpenAIServer, ToolCall, _handler

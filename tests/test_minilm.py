@@ -8,8 +8,12 @@ import math
 import pytest
 
 from llama_index_recency import RecencyBonusPostprocessor, index_policy, open_memory_index
-from llama_index_recency.records.examples import example_memories, example_questions, EXAMPLE_REFERENCE_DATE
 from llama_index_recency.models.factories import CALIBRATED_POLICIES, MINILM_EMBEDDING
+from llama_index_recency.records.examples import (
+    EXAMPLE_REFERENCE_DATE,
+    example_memories,
+    example_questions,
+)
 
 pytestmark = pytest.mark.slow  # loads torch and MiniLM: slow
 

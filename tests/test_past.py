@@ -6,8 +6,12 @@ import pytest
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from llama_index_recency import RecencyBonusPostprocessor, open_memory_index
-from llama_index_recency.records.examples import example_memories, example_questions, EXAMPLE_REFERENCE_DATE
 from llama_index_recency.ranking.intent import points_to_past
+from llama_index_recency.records.examples import (
+    EXAMPLE_REFERENCE_DATE,
+    example_memories,
+    example_questions,
+)
 
 SEED_TODAY = "2026-09-10"
 PAST_PREFIX = "This is an old story, but "

@@ -7,7 +7,6 @@ import re
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
-from conftest import KnownCosineEmbedding, cosines_for
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
@@ -18,8 +17,10 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
-from llama_index_recency.storage import save_gate_fit
 from llama_index_recency.ranking.policy import MemoryDateError
+from llama_index_recency.storage import save_gate_fit
+
+from conftest import KnownCosineEmbedding, cosines_for
 
 SEED_TODAY = "2026-09-10"
 

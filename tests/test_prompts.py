@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from llama_index.core.base.llms.types import MessageRole
 
-from llama_index_recency.integrations.prompts import RETRIEVED_MEMORY_CONTEXT_TEMPLATE, RETRIEVED_MEMORY_PROMPT
+from llama_index_recency.integrations.prompts import (
+    RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
+    RETRIEVED_MEMORY_PROMPT,
+)
 
 MEMORIES = "2026-08-20: Taro drinks coffee black.\n\n2026-09-01: Taro drinks sweet café au lait."
 

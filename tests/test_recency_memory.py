@@ -7,17 +7,17 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import OpenAIServer
 
-from llama_index_recency.writing.backup import export_memories
-from llama_index_recency.errors import MemoryStoreLockedError
-from llama_index_recency.records.nodes import memory_node
+from llama_index_recency.errors import MemoryNotFoundError, MemoryStoreLockedError
 from llama_index_recency.models.factories import openai_like_llm
-from llama_index_recency.recency_memory import RecencyMemory
 from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.recency_memory import RecencyMemory
+from llama_index_recency.records.nodes import memory_node
 from llama_index_recency.storage import index_policy, open_memory_index
-from llama_index_recency.errors import MemoryNotFoundError
+from llama_index_recency.writing.backup import export_memories
 from llama_index_recency.writing.writer import Turn
+
+from conftest import OpenAIServer
 
 TODAY = "2026-09-10"
 COFFEE = "How do I take my coffee again?"

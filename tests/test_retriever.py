@@ -26,9 +26,9 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
+from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
 from llama_index_recency.ranking.policy import MemoryDateError
 from llama_index_recency.storage import QdrantEdgeVectorStore
-from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
 from tests.conftest import QUERY, KnownCosineEmbedding, cosines_for
 
 SEED_TODAY = "2026-09-10"

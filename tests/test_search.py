@@ -12,14 +12,13 @@ from llama_index.core.schema import NodeWithScore, TextNode
 from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
 
 from llama_index_recency import RecencyPolicy
-from llama_index_recency.ranking.policy import MemoryDateError
-from llama_index_recency.ranking.policy import parse_memory_date
 from llama_index_recency.ranking.plan import (
     MemorySearch,
     exact_recency_search,
     linked_memories,
     reusing_link_searches,
 )
+from llama_index_recency.ranking.policy import MemoryDateError, parse_memory_date
 
 REFERENCE = datetime(2026, 9, 10, tzinfo=timezone.utc)
 

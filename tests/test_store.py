@@ -22,20 +22,20 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
-from llama_index_recency.storage import QdrantEdgeVectorStore
+from llama_index_recency.errors import MemoryStoreLockedError, MemoryStoreNotFoundError
 from llama_index_recency.models.embeddings import EmbeddingMismatchError
 from llama_index_recency.storage import (
+    EMBEDDING_METADATA_KEY,
+    QdrantEdgeVectorStore,
     check_memory_store,
     close_memory_index,
     count_memories,
     edge_shard_path,
-    EMBEDDING_METADATA_KEY,
     get_memories,
     index_policy,
     migrate_store,
     save_policy,
 )
-from llama_index_recency.errors import MemoryStoreLockedError, MemoryStoreNotFoundError
 
 from conftest import QUERY, KnownCosineEmbedding, cosines_for
 

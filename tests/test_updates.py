@@ -14,18 +14,22 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
-from llama_index_recency.errors import PartialWriteError
-from llama_index_recency.storage import memory_history
-from llama_index_recency.errors import MemoryNotFoundError
-from llama_index_recency.writing.updates import aforget, aupdate_memory, update_memory
+from llama_index_recency.errors import MemoryNotFoundError, PartialWriteError
+from llama_index_recency.records.nodes import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
 from llama_index_recency.storage import (
     count_memories,
     delete_memories,
     get_memories,
     is_local_mode_store,
+    memory_history,
 )
-from llama_index_recency.records.nodes import SUPERSEDED_BY_KEY, SUPERSEDES_KEY
-from llama_index_recency.writing.updates import forget, insert_memories
+from llama_index_recency.writing.updates import (
+    aforget,
+    aupdate_memory,
+    forget,
+    insert_memories,
+    update_memory,
+)
 
 from conftest import QUERY, KnownCosineEmbedding, cosines_for
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import KnownCosineEmbedding, OpenAIServer, cosines_for
 from llama_index.core.memory import Memory
 from llama_index.core.query_engine import RetrieverQueryEngine
 
@@ -25,8 +24,14 @@ from llama_index_recency import (
     open_memory_index,
     openai_like_llm,
 )
-from llama_index_recency.integrations.prompts import MEMORY_RULES, VAGUE_REFERENCE_NOTE, render_memory_block
+from llama_index_recency.integrations.prompts import (
+    MEMORY_RULES,
+    VAGUE_REFERENCE_NOTE,
+    render_memory_block,
+)
 from llama_index_recency.ranking.vague import VAGUE_REFERENCE_PATTERNS, is_vague_reference
+
+from conftest import KnownCosineEmbedding, OpenAIServer, cosines_for
 
 BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "vague_reference.py"
 

@@ -8,7 +8,6 @@ import re
 from datetime import date, timedelta
 
 import pytest
-from conftest import QUERY, KnownCosineEmbedding, OpenAIServer, ToolCall
 from llama_index.core.schema import TextNode
 from llama_index.llms.openai_like import OpenAILike
 
@@ -19,9 +18,8 @@ from llama_index_recency import (
     openai_like_llm,
 )
 from llama_index_recency.errors import FutureMemoryDateError
-from llama_index_recency.storage import memory_history
-from llama_index_recency.storage import count_memories, get_memories
 from llama_index_recency.models.embeddings import EmbeddingAPIError, FallbackEmbedding
+from llama_index_recency.storage import count_memories, get_memories, memory_history
 from llama_index_recency.writing.writer import (
     EXTRACTION_TOOL,
     MAX_CHUNK_CHARS,
@@ -33,6 +31,8 @@ from llama_index_recency.writing.writer import (
     remember,
     remember_transcript,
 )
+
+from conftest import QUERY, KnownCosineEmbedding, OpenAIServer, ToolCall
 
 DAY = "2026-09-01"
 TRANSCRIPT = """\

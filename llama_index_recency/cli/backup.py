@@ -8,6 +8,15 @@ import os
 import sys
 from collections.abc import Iterable
 
+from llama_index_recency.cli.rendering import literal, memory_table, summary
+from llama_index_recency.cli.session import CommandError, Location, Session, default_store_path
+from llama_index_recency.errors import MemoryNotFoundError
+from llama_index_recency.storage import (
+    MemoryStore,
+    close_memory_index,
+    count_memories,
+    memory_history,
+)
 from llama_index_recency.writing.backup import (
     MemoryFile,
     MemoryFileError,
@@ -15,11 +24,6 @@ from llama_index_recency.writing.backup import (
     read_memory_file,
     write_memory_file,
 )
-from llama_index_recency.cli.rendering import literal, memory_table, summary
-from llama_index_recency.cli.session import CommandError, Location, Session, default_store_path
-from llama_index_recency.storage import memory_history
-from llama_index_recency.storage import close_memory_index, count_memories, MemoryStore
-from llama_index_recency.errors import MemoryNotFoundError
 
 
 def _whose(user: str | None) -> str:

@@ -10,13 +10,6 @@ from llama_index.core import VectorStoreIndex
 from rich.console import Console
 from rich.text import Text
 
-from llama_index_recency.fitting.calibration import (
-    SEED_GRID,
-    RetrievedCandidates,
-    calibrate,
-    fit_threshold,
-    retrieve_candidates,
-)
 from llama_index_recency.cli.inputs import check_targets, load_questions, select
 from llama_index_recency.cli.rendering import (
     calibration_table,
@@ -25,6 +18,17 @@ from llama_index_recency.cli.rendering import (
     policy_fit_table,
 )
 from llama_index_recency.cli.session import CommandError, Location, Session, ranking_options
+from llama_index_recency.fitting.calibration import (
+    SEED_GRID,
+    RetrievedCandidates,
+    calibrate,
+    fit_threshold,
+    retrieve_candidates,
+)
+from llama_index_recency.fitting.policy_fit import fit_policy, raw_cosine_sd
+from llama_index_recency.models.factories import COHORT_POLICY
+from llama_index_recency.querying.gate import calibrate_gate, offtopic_questions
+from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.records.examples import (
     EXAMPLE_LANGUAGES,
     EXAMPLE_REFERENCE_DATE,
@@ -32,10 +36,6 @@ from llama_index_recency.records.examples import (
     example_memories,
     example_questions,
 )
-from llama_index_recency.querying.gate import calibrate_gate, offtopic_questions
-from llama_index_recency.models.factories import COHORT_POLICY
-from llama_index_recency.fitting.policy_fit import fit_policy, raw_cosine_sd
-from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.storage import count_memories, index_policy, save_policy
 
 

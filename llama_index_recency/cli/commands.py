@@ -25,7 +25,6 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from llama_index_recency.integrations.chat import MemoryResponseSynthesizer
 from llama_index_recency.cli.backup import print_json_lines
 from llama_index_recency.cli.inputs import (
     check_file_links,
@@ -43,8 +42,6 @@ from llama_index_recency.cli.rendering import (
     ranking_table,
     summary,
 )
-from llama_index_recency.errors import InvalidSettingError
-from llama_index_recency.errors import CommandError, LLMError
 from llama_index_recency.cli.session import (
     LLM_RETRIES,
     Location,
@@ -55,25 +52,32 @@ from llama_index_recency.cli.session import (
     ranking_options,
     reason,
 )
-from llama_index_recency.records.examples import EXAMPLE_REFERENCE_DATE, example_memories, example_questions
-from llama_index_recency.storage import memory_scope
-from llama_index_recency.records.nodes import FutureMemoryDateError, check_not_future
-from llama_index_recency.models.factories import LLM_BASE_URL_ENV, is_http_url, openai_like_llm
-from llama_index_recency.storage import Outbox, outbox_path
+from llama_index_recency.errors import CommandError, InvalidSettingError, LLMError
+from llama_index_recency.integrations.chat import MemoryResponseSynthesizer
 from llama_index_recency.integrations.postprocessor import RecencyBonusPostprocessor
 from llama_index_recency.integrations.prompts import RETRIEVED_MEMORY_PROMPT
 from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
-from llama_index_recency.ranking.ranked import RecencyRanking
+from llama_index_recency.models.factories import LLM_BASE_URL_ENV, is_http_url, openai_like_llm
 from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.ranking.ranked import RecencyRanking
+from llama_index_recency.ranking.vague import is_vague_reference
+from llama_index_recency.records.examples import (
+    EXAMPLE_REFERENCE_DATE,
+    example_memories,
+    example_questions,
+)
+from llama_index_recency.records.nodes import FutureMemoryDateError, check_not_future
 from llama_index_recency.storage import (
+    Outbox,
     close_memory_index,
     count_memories,
     get_memories,
     index_policy,
+    memory_scope,
     migrate_store,
+    outbox_path,
 )
 from llama_index_recency.writing.updates import forget
-from llama_index_recency.ranking.vague import is_vague_reference
 from llama_index_recency.writing.writer import remember
 
 

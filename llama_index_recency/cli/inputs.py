@@ -11,12 +11,12 @@ from typing import Any
 
 from llama_index.core.schema import TextNode
 
-from llama_index_recency.writing.backup import link_problem
-from llama_index_recency.fitting.calibration import DEFAULT_KEY, RetrievedCandidates
 from llama_index_recency.cli.session import CommandError
+from llama_index_recency.fitting.calibration import DEFAULT_KEY, RetrievedCandidates
 from llama_index_recency.records.examples import ExampleQuestion
 from llama_index_recency.records.nodes import FutureMemoryDateError, control_character, memory_node
 from llama_index_recency.storage import MemoryStore
+from llama_index_recency.writing.backup import link_problem
 from llama_index_recency.writing.writer import Turn, parse_transcript
 
 # --- input files ------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from datetime import date
 from pathlib import Path
 from typing import Any, NoReturn
 
-from llama_index_recency.fitting.calibration import SEED_GRID
 from llama_index_recency.cli.backup import run_export, run_history, run_import
 from llama_index_recency.cli.calibrate import run_calibrate
 from llama_index_recency.cli.commands import (
@@ -29,13 +28,13 @@ from llama_index_recency.cli.session import (
     CommandError,
     default_store_path,
 )
-from llama_index_recency.records.examples import EXAMPLE_LANGUAGES
-from llama_index_recency.querying.gate import MAX_BRING_UP
-from llama_index_recency.records.nodes import control_character
-from llama_index_recency.models.factories import LLM_BASE_URL_ENV
+from llama_index_recency.fitting.calibration import SEED_GRID
 from llama_index_recency.fitting.policy_fit import SPREAD_KS, SPREAD_TAUS
-from llama_index_recency.storage import check_collection_name, DEFAULT_COLLECTION
-
+from llama_index_recency.models.factories import LLM_BASE_URL_ENV
+from llama_index_recency.querying.gate import MAX_BRING_UP
+from llama_index_recency.records.examples import EXAMPLE_LANGUAGES
+from llama_index_recency.records.nodes import control_character
+from llama_index_recency.storage import DEFAULT_COLLECTION, check_collection_name
 
 # --- argument parsing -------------------------------------------------------------------
 

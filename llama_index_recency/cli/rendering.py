@@ -11,6 +11,7 @@ from llama_index.core.schema import BaseNode, NodeWithScore
 from rich.table import Table
 from rich.text import Text
 
+from llama_index_recency.cli.session import Location, Written
 from llama_index_recency.fitting.calibration import (
     DEFAULT_KEY,
     Calibration,
@@ -18,11 +19,10 @@ from llama_index_recency.fitting.calibration import (
     format_score,
 )
 from llama_index_recency.fitting.policy_fit import PolicyFit
-from llama_index_recency.cli.session import Location, Written
-from llama_index_recency.records.nodes import USER_ID_KEY
 from llama_index_recency.models.factories import LLM_BASE_URL_ENV
-from llama_index_recency.ranking.ranked import RecencyRanking
 from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.ranking.ranked import RecencyRanking
+from llama_index_recency.records.nodes import USER_ID_KEY
 
 _CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 

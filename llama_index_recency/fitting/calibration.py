@@ -27,7 +27,6 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore
 
 from llama_index_recency.errors import InvalidInputError
-from llama_index_recency.records.examples import ExampleQuestion
 from llama_index_recency.ranking.policy import DROPPED_NO_DATE, RecencyPolicy
 from llama_index_recency.ranking.vague import (
     VAGUE_WINDOW_DAYS,
@@ -35,6 +34,7 @@ from llama_index_recency.ranking.vague import (
     is_vague_reference,
     recent_candidates,
 )
+from llama_index_recency.records.examples import ExampleQuestion
 
 SEED_GRID: tuple[tuple[float, float], ...] = (
     (0.03, 30.0), (0.04, 30.0), (0.04, 14.0), (0.05, 14.0)

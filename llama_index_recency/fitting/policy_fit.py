@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.fitting.calibration import (
     DEFAULT_KEY,
     CandidateResult,
@@ -19,7 +20,6 @@ from llama_index_recency.fitting.calibration import (
     is_vague,
     with_bonus,
 )
-from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.fitting.gate_fit import COSINE_NOISE_MARGIN
 from llama_index_recency.ranking.policy import DROPPED_NO_DATE, RecencyPolicy
 

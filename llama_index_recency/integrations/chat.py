@@ -24,14 +24,14 @@ from llama_index.core.settings import Settings
 from llama_index.core.types import RESPONSE_TEXT_TYPE
 
 from llama_index_recency.errors import InvalidInputError
-from llama_index_recency.records.nodes import calendar_day
 from llama_index_recency.integrations.prompts import (
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
     RETRIEVED_MEMORY_PROMPT,
     memory_context,
 )
-from llama_index_recency.records.text import memory_text
 from llama_index_recency.ranking.vague import is_vague_ranking
+from llama_index_recency.records.nodes import calendar_day
+from llama_index_recency.records.text import memory_text
 
 TodayLike = Union[date, datetime, str, None]
 """The prompt's "today": a date, a datetime (its own calendar day), an ISO string, or None (now)."""

@@ -30,19 +30,24 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.schema import TextNode
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
-from llama_index_recency.twins import in_thread
 from llama_index_recency.errors import FinalWriteError, OneLineValidation
-from llama_index_recency.querying.gate import MIN_FIT_MEMORIES, refit_after_write
-from llama_index_recency.storage import Conversation, Outbox, outbox_path
 from llama_index_recency.integrations.prompts import (
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
     memory_context,
 )
-from llama_index_recency.records.text import memory_text
 from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
+from llama_index_recency.querying.gate import MIN_FIT_MEMORIES, refit_after_write
 from llama_index_recency.ranking.policy import RecencyPolicy
-from llama_index_recency.storage import forgotten_at, index_policy
 from llama_index_recency.ranking.vague import is_vague_ranking
+from llama_index_recency.records.text import memory_text
+from llama_index_recency.storage import (
+    Conversation,
+    Outbox,
+    forgotten_at,
+    index_policy,
+    outbox_path,
+)
+from llama_index_recency.twins import in_thread
 from llama_index_recency.writing.updates import insert_memories
 from llama_index_recency.writing.writer import Turn, extract_memories
 

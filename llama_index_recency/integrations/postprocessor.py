@@ -15,8 +15,8 @@ from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.models.cohort import relevance_cohort
 from llama_index_recency.querying.gate import STORE_CHECK_SECONDS, StoreReads
 from llama_index_recency.ranking.news import about_the_news
-from llama_index_recency.ranking.ranked import RecencyRanking
 from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.ranking.ranked import RecencyRanking
 from llama_index_recency.ranking.supersession import newer_versions_first
 from llama_index_recency.records.nodes import is_memory_id
 from llama_index_recency.storage import (

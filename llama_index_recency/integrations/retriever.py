@@ -25,10 +25,12 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
-from llama_index_recency.twins import in_thread
 from llama_index_recency.errors import InvalidInputError
-from llama_index_recency.storage import QdrantEdgeVectorStore
-from llama_index_recency.storage import has_async_client, is_local
+from llama_index_recency.fitting.gate_fit import (
+    MIN_FIT_MEMORIES,
+    REFIT_RATIO,
+    GateFit,
+)
 from llama_index_recency.querying.exact import ExactSearch
 from llama_index_recency.querying.gate import (
     STORE_CHECK_SECONDS,
@@ -38,23 +40,22 @@ from llama_index_recency.querying.gate import (
     refit_store_gate,
 )
 from llama_index_recency.ranking.events import dispatch_ranking
-from llama_index_recency.storage import memory_scope
-from llama_index_recency.records.nodes import SeveralUsersWarning
-from llama_index_recency.fitting.gate_fit import (
-    MIN_FIT_MEMORIES,
-    REFIT_RATIO,
-    GateFit,
-)
-from llama_index_recency.ranking.ranked import RecencyRanking
 from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.ranking.ranked import RecencyRanking
+from llama_index_recency.ranking.vague import VAGUE_WINDOW_DAYS
+from llama_index_recency.records.nodes import SeveralUsersWarning
 from llama_index_recency.storage import (
+    QdrantEdgeVectorStore,
     collection_metadata,
     count_memories,
     embedding_of,
+    has_async_client,
     index_policy,
+    is_local,
+    memory_scope,
     policy_records,
 )
-from llama_index_recency.ranking.vague import VAGUE_WINDOW_DAYS
+from llama_index_recency.twins import in_thread
 
 
 class QdrantRecencyRetriever(BaseRetriever):

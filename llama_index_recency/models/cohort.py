@@ -31,6 +31,7 @@ from typing import Any, Optional
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore
+
 from llama_index_recency.errors import InvalidInputError
 
 logger = logging.getLogger(__name__)

@@ -22,9 +22,9 @@ import httpx
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
-from llama_index_recency.twins import in_thread
 from llama_index_recency.errors import EmbeddingAPIError, EmbeddingMismatchError, MissingExtraError
 from llama_index_recency.records.nodes import MAX_FACT_CHARS
+from llama_index_recency.twins import in_thread
 
 if TYPE_CHECKING:  # importing it pulls in torch; the caller has already loaded one
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding

@@ -31,17 +31,17 @@ from llama_index_recency.ranking.successors import with_successors
 from llama_index_recency.ranking.supersession import with_newer_versions
 from llama_index_recency.ranking.vague import is_vague_reference, with_recent
 from llama_index_recency.records.nodes import SeveralUsersWarning
-from llama_index_recency.storage import QdrantEdgeVectorStore
 from llama_index_recency.storage import (
+    QdrantEdgeVectorStore,
     arun_search,
     has_async_client,
     is_local,
     payload_indexes,
     run_search,
     sync_client,
+    to_qdrant_filter,
+    vector_store_of,
 )
-from llama_index_recency.storage import to_qdrant_filter
-from llama_index_recency.storage import vector_store_of
 
 
 class ExactSearch:

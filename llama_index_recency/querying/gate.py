@@ -46,8 +46,8 @@ from llama_index_recency.ranking.intent import question_intent
 from llama_index_recency.ranking.news import asks_about_the_news
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.vague import VAGUE_WINDOW_DAYS
-from llama_index_recency.storage import memory_scope
 from llama_index_recency.storage import (
+    MemoryVectorStore,
     QdrantEdgeVectorStore,
     collection_metadata,
     count_memories,
@@ -57,7 +57,7 @@ from llama_index_recency.storage import (
     gate_refusal,
     has_saved_policy,
     index_policy,
-    MemoryVectorStore,
+    memory_scope,
     save_gate_fit,
     save_gate_refusal,
     vector_store_of,

@@ -15,8 +15,8 @@ from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.events.base import BaseEvent
 
 from llama_index_recency.ranking.intent import Intent
-from llama_index_recency.ranking.ranked import RecencyRanking
 from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.ranking.ranked import RecencyRanking
 
 dispatcher = get_dispatcher(__name__)
 

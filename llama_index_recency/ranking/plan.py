@@ -32,8 +32,8 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
-from llama_index_recency.ranking.ranked import RecencyRanking
 from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.ranking.ranked import RecencyRanking
 
 TIER_BONUS_FRACTIONS: tuple[float, ...] = (1 / 2, 1 / 8, 1 / 32, 1 / 256, 1 / 4096)
 """Tier j holds memories young enough to get at least this share of ``weight``.

@@ -27,10 +27,10 @@ from llama_index.core.bridge.pydantic import (
 from llama_index.core.schema import NodeWithScore
 
 from llama_index_recency.errors import InvalidInputError, MemoryDateError, OneLineValidation
-from llama_index_recency.records.dates import parse_memory_date
 from llama_index_recency.ranking.intent import Intent, question_intent
 from llama_index_recency.ranking.language import nearest_language, question_language
 from llama_index_recency.ranking.ranked import RankedMemory, RecencyRanking, Relevance
+from llama_index_recency.records.dates import parse_memory_date
 
 logger = logging.getLogger(__name__)
 

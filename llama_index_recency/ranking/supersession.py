@@ -32,10 +32,15 @@ import numpy as np
 from llama_index.core.schema import NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters
 
-from llama_index_recency.records.nodes import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY
-from llama_index_recency.ranking.ranked import RankedMemory, RecencyRanking
+from llama_index_recency.ranking.plan import (
+    MemorySearch,
+    SearchPlan,
+    candidate_floor,
+    linked_memories,
+)
 from llama_index_recency.ranking.policy import RecencyPolicy
-from llama_index_recency.ranking.plan import MemorySearch, SearchPlan, candidate_floor, linked_memories
+from llama_index_recency.ranking.ranked import RankedMemory, RecencyRanking
+from llama_index_recency.records.nodes import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY
 from llama_index_recency.records.text import is_one_statement
 
 

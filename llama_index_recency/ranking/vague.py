@@ -60,10 +60,10 @@ from typing import Optional
 from llama_index.core.schema import NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters
 
-from llama_index_recency.records.dates import parse_memory_date
-from llama_index_recency.ranking.ranked import RecencyRanking
-from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.plan import SCORE_SLACK, MemorySearch, SearchPlan
+from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.ranking.ranked import RecencyRanking
+from llama_index_recency.records.dates import parse_memory_date
 
 VAGUE_WINDOW_DAYS = 14.0
 """How recent a memory must be (days before the reference date) to be listed for a vague

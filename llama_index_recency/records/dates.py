@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, time, timezone
 from typing import Any
+
 from llama_index_recency.errors import InvalidInputError
 
 # The ISO forms Qdrant's datetime payload index reads too (checked on Edge and qdrant-client):

@@ -8,8 +8,8 @@ import re
 import unicodedata
 import uuid
 from collections.abc import Iterable, Sequence
-from datetime import date, datetime, timezone
 from dataclasses import dataclass
+from datetime import date, datetime, timezone
 from typing import Any, Literal, Optional
 
 from llama_index.core.schema import BaseNode, TextNode

@@ -9,33 +9,63 @@ Edge, ``history`` reads a fact's versions and ``outbox`` keeps conversations not
 """
 
 from llama_index_recency.storage.access import (
-    check_collection_name,
     DEFAULT_COLLECTION,
     EDGE_DIRECTORY,
-    edge_shard_path,
-    is_local_mode_store,
     MemoryStore,
     MemoryVectorStore,
+    check_collection_name,
+    edge_shard_path,
+    is_local_mode_store,
     vector_store_of,
 )
+from llama_index_recency.storage.edge import (
+    QdrantEdgeVectorStore,
+)
+from llama_index_recency.storage.engine import (
+    arun_search,
+    has_async_client,
+    is_local,
+    payload_indexes,
+    run_search,
+    stored_vectors,
+    sync_client,
+)
+from llama_index_recency.storage.filters import (
+    memory_scope,
+    to_edge_filter,
+    to_qdrant_filter,
+)
+from llama_index_recency.storage.history import (
+    amemory_history,
+    memory_history,
+)
 from llama_index_recency.storage.metadata import (
-    collection_metadata,
-    embedding_identity,
     EMBEDDING_METADATA_KEY,
-    forgotten_at,
     FORGOTTEN_METADATA_KEY,
     GATE_METADATA_KEY,
+    GATE_REFUSED_METADATA_KEY,
+    POLICY_METADATA_KEY,
+    collection_metadata,
+    embedding_identity,
+    forgotten_at,
     gate_record,
     gate_refusal,
-    GATE_REFUSED_METADATA_KEY,
     has_saved_policy,
     index_policy,
-    POLICY_METADATA_KEY,
     policy_records,
     save_forgotten,
     save_gate_fit,
     save_gate_refusal,
     save_policy,
+)
+from llama_index_recency.storage.migration import (
+    Migration,
+    migrate_store,
+)
+from llama_index_recency.storage.outbox import (
+    Conversation,
+    Outbox,
+    outbox_path,
 )
 from llama_index_recency.storage.store import (
     aget_memories,
@@ -48,36 +78,6 @@ from llama_index_recency.storage.store import (
     get_memory,
     open_memory_index,
     open_memory_store,
-)
-from llama_index_recency.storage.migration import (
-    migrate_store,
-    Migration,
-)
-from llama_index_recency.storage.filters import (
-    memory_scope,
-    to_edge_filter,
-    to_qdrant_filter,
-)
-from llama_index_recency.storage.engine import (
-    arun_search,
-    has_async_client,
-    is_local,
-    payload_indexes,
-    run_search,
-    stored_vectors,
-    sync_client,
-)
-from llama_index_recency.storage.edge import (
-    QdrantEdgeVectorStore,
-)
-from llama_index_recency.storage.history import (
-    amemory_history,
-    memory_history,
-)
-from llama_index_recency.storage.outbox import (
-    Conversation,
-    Outbox,
-    outbox_path,
 )
 
 __all__ = [

@@ -21,8 +21,6 @@ from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import AsyncQdrantClient, QdrantClient
 from qdrant_client.http.exceptions import ResponseHandlingException
 
-from llama_index_recency.records.nodes import control_character
-from llama_index_recency.storage.edge import QdrantEdgeVectorStore
 from llama_index_recency.errors import (
     InvalidInputError,
     MemoryStoreLockedError,
@@ -30,6 +28,8 @@ from llama_index_recency.errors import (
     PermissionDeniedError,
     UnsupportedStoreError,
 )
+from llama_index_recency.records.nodes import control_character
+from llama_index_recency.storage.edge import QdrantEdgeVectorStore
 
 DEFAULT_COLLECTION = "memories"
 

@@ -25,6 +25,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 
+from llama_index_recency.errors import InvalidInputError, MemoryStoreClosedError, RecencyError
 from llama_index_recency.storage.edge_files import (
     EDGE_CONFIG_FILE,
     METADATA_FILE,
@@ -47,7 +48,6 @@ from llama_index_recency.storage.edge_points import (
     query_filter,
     scroll,
 )
-from llama_index_recency.errors import InvalidInputError, MemoryStoreClosedError, RecencyError
 from llama_index_recency.storage.edge_shard import (
     SHARD_STATE_KEY,
     create_shard,

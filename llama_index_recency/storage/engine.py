@@ -15,10 +15,10 @@ from llama_index.core.vector_stores.types import (
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import models
 
-from llama_index_recency.models.cohort import QueryScale
 from llama_index_recency.errors import InvalidInputError
-from llama_index_recency.records.nodes import SUPERSEDES_KEY, USER_ID_KEY
+from llama_index_recency.models.cohort import QueryScale
 from llama_index_recency.ranking.plan import MemorySearch
+from llama_index_recency.records.nodes import SUPERSEDES_KEY, USER_ID_KEY
 from llama_index_recency.storage.edge import QdrantEdgeVectorStore
 from llama_index_recency.storage.edge_points import point_id
 from llama_index_recency.storage.store import qdrant_selection

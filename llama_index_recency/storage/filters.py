@@ -38,8 +38,8 @@ from llama_index.core.vector_stores.types import (
 from qdrant_client import models
 
 from llama_index_recency.errors import InvalidInputError
-from llama_index_recency.records.nodes import USER_ID_KEY
 from llama_index_recency.records.dates import parse_memory_date
+from llama_index_recency.records.nodes import USER_ID_KEY
 
 __all__ = ["memory_scope", "to_edge_filter", "to_qdrant_filter"]
 

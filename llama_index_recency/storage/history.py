@@ -6,14 +6,15 @@ from typing import Optional
 
 from llama_index.core.schema import BaseNode, NodeWithScore
 
-from llama_index_recency.twins import in_thread
 from llama_index_recency.ranking.successors import NEWER, OLDER, LinkWalk, walk_links
 from llama_index_recency.records.links import memory_time
 from llama_index_recency.records.nodes import USER_ID_KEY
-from llama_index_recency.storage.filters import memory_scope
 from llama_index_recency.storage.access import MemoryStore
+from llama_index_recency.storage.filters import memory_scope
 from llama_index_recency.storage.metadata import index_policy
 from llama_index_recency.storage.store import get_memories, get_memory
+from llama_index_recency.twins import in_thread
+
 
 def memory_history(index: MemoryStore, node_id: str, *, user_id: Optional[str] = None
                    ) -> list[BaseNode]:

@@ -8,9 +8,8 @@ from collections.abc import Mapping
 from datetime import date, datetime
 from typing import Any, Optional
 
-from llama_index_recency.storage.edge import QdrantEdgeVectorStore
-from llama_index_recency.models.embeddings import EmbeddingMismatchError
 from llama_index_recency.fitting.gate_fit import fitted_origin
+from llama_index_recency.models.embeddings import EmbeddingMismatchError
 from llama_index_recency.models.factories import CALIBRATED_POLICIES
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.storage.access import (
@@ -18,6 +17,7 @@ from llama_index_recency.storage.access import (
     collection_calls,
     vector_store_of,
 )
+from llama_index_recency.storage.edge import QdrantEdgeVectorStore
 
 EMBEDDING_METADATA_KEY = "llama_index_recency.embedding"
 """Collection-metadata key holding ``{"model": name, "dimensions": n}``."""

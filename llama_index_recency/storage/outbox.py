@@ -23,9 +23,9 @@ from typing import Any, Callable, Optional, Sequence
 from llama_index.core.schema import BaseNode, TextNode
 
 from llama_index_recency.errors import InvalidInputError
-from llama_index_recency.storage.edge import QdrantEdgeVectorStore
 from llama_index_recency.records.nodes import Turn
 from llama_index_recency.storage.access import EDGE_DIRECTORY, MemoryStore, vector_store_of
+from llama_index_recency.storage.edge import QdrantEdgeVectorStore
 
 logger = logging.getLogger(__name__)
 

@@ -35,17 +35,14 @@ from llama_index.core.vector_stores.types import (
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import AsyncQdrantClient, QdrantClient, models
 
-from llama_index_recency.twins import in_thread
-from llama_index_recency.records.dates import parse_memory_date
-from llama_index_recency.storage.edge import QdrantEdgeVectorStore
-from llama_index_recency.models.embeddings import EmbeddingMismatchError
 from llama_index_recency.errors import (
     InvalidInputError,
     MemoryNotFoundError,
     MemoryStoreNotFoundError,
     MemoryStorePathError,
 )
-from llama_index_recency.storage.filters import has_condition, memory_scope, to_qdrant_filter
+from llama_index_recency.models.embeddings import EmbeddingMismatchError
+from llama_index_recency.records.dates import parse_memory_date
 from llama_index_recency.records.nodes import is_memory_id
 from llama_index_recency.storage.access import (
     DEFAULT_COLLECTION,
@@ -61,10 +58,13 @@ from llama_index_recency.storage.access import (
     reaching,
     vector_store_of,
 )
+from llama_index_recency.storage.edge import QdrantEdgeVectorStore
+from llama_index_recency.storage.filters import has_condition, memory_scope, to_qdrant_filter
 from llama_index_recency.storage.metadata import (
     EMBEDDING_METADATA_KEY,
     embedding_mismatch,
 )
+from llama_index_recency.twins import in_thread
 
 logger = logging.getLogger(__name__)
 

@@ -43,15 +43,16 @@ from typing import Any, Optional
 from llama_index.core import VectorStoreIndex
 from llama_index.core.schema import BaseNode
 
-from llama_index_recency.twins import in_thread
 from llama_index_recency.errors import InvalidInputError, MemoryFileError
+from llama_index_recency.records.dates import parse_memory_date
 from llama_index_recency.records.links import linked_ids
 from llama_index_recency.records.nodes import (
     SUPERSEDED_BY_KEY,
     SUPERSEDES_KEY,
     USER_ID_KEY,
 )
-from llama_index_recency.records.dates import parse_memory_date
+from llama_index_recency.storage import MemoryStore, embedding_identity, get_memories
+from llama_index_recency.twins import in_thread
 from llama_index_recency.writing.memory_file import (
     DATE_KEY,
     FIELDS,
@@ -60,7 +61,6 @@ from llama_index_recency.writing.memory_file import (
     link_problem,
     read_memory_file,
 )
-from llama_index_recency.storage import embedding_identity, get_memories, MemoryStore
 from llama_index_recency.writing.updates import Progress, insert_memories
 
 __all__ = [

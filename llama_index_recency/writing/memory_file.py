@@ -25,7 +25,7 @@ from llama_index_recency.records.nodes import (
     is_memory_id,
     memory_node,
 )
-from llama_index_recency.storage import embedding_identity, get_memories, MemoryStore
+from llama_index_recency.storage import MemoryStore, embedding_identity, get_memories
 
 DATE_KEY = "date"
 FIELDS = ("id", "text", "date", "user_id", "supersedes", "metadata", "embedding_model",

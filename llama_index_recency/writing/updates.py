@@ -24,9 +24,7 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
-from llama_index_recency.twins import in_thread
-from llama_index_recency.errors import InvalidInputError, PartialWriteError
-from llama_index_recency.storage import memory_scope
+from llama_index_recency.errors import InvalidInputError, MemoryStoreFullError, PartialWriteError
 from llama_index_recency.records.links import (
     LINK_KEYS,
     check_link,
@@ -45,18 +43,20 @@ from llama_index_recency.records.nodes import (
     quoted,
 )
 from llama_index_recency.storage import (
+    MemoryStore,
+    Outbox,
     collection_metadata,
     delete_memories,
     embedding_of,
+    forgotten_at,
     get_memories,
     get_memory,
-    MemoryStore,
-    Outbox,
+    memory_scope,
     outbox_path,
+    save_forgotten,
     vector_store_of,
 )
-from llama_index_recency.storage import forgotten_at, save_forgotten
-from llama_index_recency.errors import MemoryStoreFullError
+from llama_index_recency.twins import in_thread
 
 EMBED_BATCH_SIZE = 16
 """Memories embedded per call: small enough for a device, large enough to batch."""

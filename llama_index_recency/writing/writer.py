@@ -28,7 +28,7 @@ from llama_index.core.schema import BaseNode, TextNode
 
 from llama_index_recency.errors import FinalWriteError, InvalidInputError
 from llama_index_recency.errors import MemoryWriteError as MemoryWriteError  # their common base
-from llama_index_recency.records.nodes import Turn as Turn  # a writer's input
+from llama_index_recency.records.links import check_link
 from llama_index_recency.records.nodes import (
     SUBJECT_PLACEHOLDERS,
     SeveralUsersWarning,
@@ -39,6 +39,14 @@ from llama_index_recency.records.nodes import (
     memory_node,
     quoted,
 )
+from llama_index_recency.records.nodes import Turn as Turn  # a writer's input
+from llama_index_recency.records.text import (
+    LEFT_ANGLE_LOOKALIKES,
+    RIGHT_ANGLE_LOOKALIKES,
+    escape_memory_text,
+    memory_text,
+)
+from llama_index_recency.storage import memory_scope
 from llama_index_recency.writing.extraction import EXTRACTION_TOOL as EXTRACTION_TOOL
 from llama_index_recency.writing.extraction import (
     MEMORY_EXTRACTION_PROMPT,
@@ -47,14 +55,6 @@ from llama_index_recency.writing.extraction import (
     aask,
     ask,
 )
-from llama_index_recency.storage import memory_scope
-from llama_index_recency.records.text import (
-    LEFT_ANGLE_LOOKALIKES,
-    RIGHT_ANGLE_LOOKALIKES,
-    escape_memory_text,
-    memory_text,
-)
-from llama_index_recency.records.links import check_link
 from llama_index_recency.writing.updates import (
     StoredMemories,
     ainsert_memories,
