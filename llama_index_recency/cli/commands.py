@@ -216,7 +216,9 @@ def run_demo(args: argparse.Namespace, session: Session) -> int:
     today = EXAMPLE_REFERENCE_DATE.isoformat()
     with session.store(args.model, Location(None, None), writes=True) as index:
         policy = _policy(index, EXAMPLE_REFERENCE_DATE, explicit)
-        postprocessor = RecencyBonusPostprocessor(**dict(policy), embed_model=session.embed_model)
+        # The store's own policy, as _policy checked it; candidates' vectors from the store.
+        postprocessor = RecencyBonusPostprocessor.from_index(
+            index, reference_date=EXAMPLE_REFERENCE_DATE, **explicit)
         console.print(
             f"[bold]llama-index-recency demo[/]: model={args.model}, lang={args.lang}, "
             f"today={EXAMPLE_REFERENCE_DATE}, top {args.top_k} → at most {policy.top_n}"
