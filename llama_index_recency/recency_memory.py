@@ -134,6 +134,7 @@ class RecencyMemory:
         self._policy = policy
         self.user_id, self.user_name, self.llm = user_id, user_name, llm
         self.min_fit_memories = min_fit_memories
+        self._searcher: Optional[tuple[tuple[Any, ...], QdrantRecencyRetriever]] = None
 
     @property
     def policy(self) -> RecencyPolicy:
@@ -296,7 +297,13 @@ class RecencyMemory:
             score), ``rows`` every candidate with its raw score, age, bonus, final score and
             verdict; ``str()`` of it is a table.
         """
-        return self.retriever().explain(query)
+        # One retriever for every search while the policy, user and fit size stay: it counts
+        # the store once and follows its gate, instead of a new one (and a count) per search.
+        wanted = (self._policy, self.user_id, self.min_fit_memories)
+        if self._searcher is None or self._searcher[0][0] is not wanted[0] or (
+                self._searcher[0][1:] != wanted[1:]):
+            self._searcher = (wanted, self.retriever())
+        return self._searcher[1].explain(query)
 
     def get(self, memory_id: str) -> BaseNode:
         """The memory ``memory_id`` (of this object's user, when it has one).

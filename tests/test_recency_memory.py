@@ -164,3 +164,16 @@ def test_a_write_whose_gate_refit_fails_keeps_its_memories_and_says_so_once(
         assert len(stored.new) == 2 and len(bound.get_all()) == 2
     warnings = [r.getMessage() for r in caplog.records if "not refitted" in r.getMessage()]
     assert warnings == ["the gate was not refitted: OSError: No space left on device"]
+
+
+def test_searches_share_one_retriever_until_the_policy_or_user_changes(memory) -> None:
+    """One retriever (one count of the store, one gate follower) for every search; a policy
+    or user set since gets a new one, so the search ranks with what was set."""
+    memory.add([BLACK, SWEET])
+    memory.search(COFFEE)
+    first = memory._searcher
+    memory.search("What do I do in the morning?")
+    assert memory._searcher is first
+    memory.policy = RecencyPolicy(weight=0.0, threshold=0.99, reference_date=TODAY)
+    assert memory.search(COFFEE).nodes == ()  # the new policy's gate
+    assert memory._searcher is not first
