@@ -17,6 +17,7 @@ MEMORY_DATE_PREFIX = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}: ")
 # a run of 。！？!?．｡ (Japanese), or a line break.
 _SENTENCE_END = re.compile(r"([^\s]*?)([.!?…]+)[\"'”’)\]]*\s+|[。！？!?．｡]+|\n")
 _QUOTE_CLOSERS = "」』）)”’】》〉\"'"
+_NEXT_NON_SPACE = re.compile(r"\S")
 _ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof st jr sr mt gen capt sgt rev lt col gov sen rep ave rd blvd apt vol "
     "approx etc vs jan feb mar apr jun jul aug sep sept oct nov dec e.g i.e a.m p.m".split()
@@ -77,32 +78,37 @@ def escape_memory_text(text: str) -> str:
 
 def is_one_statement(text: str) -> bool:
     """True when a memory's text, its date prefix aside, is one sentence, as the writer stores a
-    fact; a turn of conversation or a document chunk usually says several things."""
+    fact; a turn of conversation or a document chunk usually says several things. Linear in
+    the text's length: a long pasted text costs one pass."""
     body = text.lstrip()
     prefix = MEMORY_DATE_PREFIX.match(body)
     body = (body[prefix.end():] if prefix else body).strip()
     if not body:
         return False
+    last_alnum = next((i for i in range(len(body) - 1, -1, -1) if body[i].isalnum()), -1)
     for end in _SENTENCE_END.finditer(body):
-        rest = body[end.end():].lstrip()
-        if not any(ch.isalnum() for ch in rest):
-            continue  # nothing but punctuation or an emoji follows
+        if end.end() > last_alnum:
+            break  # nothing but punctuation or an emoji follows, here and after
+        following = _NEXT_NON_SPACE.search(body, end.end())
+        assert following is not None  # an alphanumeric character follows
+        first = following.group()
         if end.group(2) is not None:  # . ! ? …: the next word must not go on in lower case
-            if rest[0].islower():
+            if first.islower():
                 continue
             word = end.group(1).lower().lstrip("\"'“‘(")
-            if end.group(2) == "." and _abbreviated(word, rest):
+            if end.group(2) == "." and _abbreviated(word, first):
                 continue
-        elif rest[0] in _QUOTE_CLOSERS:
+        elif first in _QUOTE_CLOSERS:
             continue  # 「最高だ！」と言った: the quote closes and the sentence goes on
         return False
     return True
 
 
-def _abbreviated(word: str, rest: str) -> bool:
-    """Whether the period after ``word`` marks an abbreviation rather than a sentence end."""
+def _abbreviated(word: str, following: str) -> bool:
+    """Whether the period after ``word`` marks an abbreviation rather than a sentence end
+    (``following``: the first character after it that is not a space)."""
     if word == "no":  # "No. 5", not "No. I haven't"
-        return rest[0].isdigit()
+        return following.isdigit()
     return len(word.rsplit(".", 1)[-1]) == 1 or word in _ABBREVIATIONS
 
 
