@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime
 from types import TracebackType
-from typing import Any, Optional, ParamSpec, TypeVar
+from typing import Any, Optional
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -65,8 +65,6 @@ MemoryDate = date | datetime | str
 Fact = tuple[str, MemoryDate]
 """A fact to store and its date: ``("The user has switched to green tea.", "2026-09-09")``."""
 
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
 
 
 class RecencyMemory:
@@ -150,15 +148,18 @@ class RecencyMemory:
 
     def add(
         self,
-        memories: Iterable[BaseNode | Fact],
+        memories: str | Fact | BaseNode | Iterable[str | Fact | BaseNode],
         *,
+        date: Optional[MemoryDate] = None,
         on_progress: Optional[Progress] = None,
     ) -> StoredMemories:
-        """Store memories: facts with their dates, or nodes made with :func:`memory_node`.
+        """Store memories: facts, facts with their dates, or nodes made with :func:`memory_node`.
 
         Args:
-            memories: ``(fact, date)`` pairs (made into memories of this object's user and
-                user name) or ready nodes (stored as given).
+            memories: One fact (``"The user drinks tea."``), one ``(fact, date)`` pair, one
+                node, or a list of them. Facts become memories of this object's user and user
+                name; nodes are stored as given.
+            date: The date of the facts given without one (default: today).
             on_progress: Called with ``(phase, done, total)`` as batches are embedded and
                 stored.
 
@@ -173,10 +174,7 @@ class RecencyMemory:
             FutureMemoryDateError: A fact dated after tomorrow.
             PartialWriteError: A batch failed; it says how many memories were stored.
         """
-        nodes = [memory if isinstance(memory, BaseNode)
-                 else memory_node(memory[0], memory[1], user_id=self.user_id,
-                                  user_name=self.user_name)
-                 for memory in memories]
+        nodes = [self._node(memory, date) for memory in _items(memories)]
         stored = insert_memories(self.index, nodes, on_progress=on_progress)
         refit_after_write(self.index, min_memories=self.min_fit_memories)
         return stored
@@ -261,8 +259,10 @@ class RecencyMemory:
             RetryableWriteError: The LLM call failed; nothing was stored.
             FinalWriteError: The LLM answered but no valid fact came of it.
             FutureMemoryDateError: ``memory_date`` after tomorrow, before any LLM call.
-            InvalidInputError: No LLM given here or to the object.
+            InvalidInputError: No LLM given here or to the object, or a turn that is neither
+                a :class:`Turn` nor a ``(role, text)`` pair.
         """
+        turns = [_turn(turn) for turn in turns]
         stored = remember(turns, self.index, self._llm(llm), memory_date=memory_date,
                           user_name=self.user_name, user_id=self.user_id,
                           allow_future=allow_future)
@@ -296,7 +296,11 @@ class RecencyMemory:
             The ranking: ``nodes`` are the memories that pass (each node's score its final
             score), ``rows`` every candidate with its raw score, age, bonus, final score and
             verdict; ``str()`` of it is a table.
+
+        Raises:
+            InvalidInputError: ``query`` is not text, is blank, or holds a lone surrogate.
         """
+        _check_question(query)
         # One retriever for every search while the policy, user and fit size stay: it counts
         # the store once and follows its gate, instead of a new one (and a count) per search.
         wanted = (self._policy, self.user_id, self.min_fit_memories)
@@ -435,6 +439,24 @@ class RecencyMemory:
 
     # --- helpers ----------------------------------------------------------------------
 
+    def _node(self, memory: object, default_date: Optional[MemoryDate]) -> BaseNode:
+        """One item given to :meth:`add` as a node (a node as it is).
+
+        Raises:
+            InvalidInputError: Anything but a fact, a ``(fact, date)`` pair or a node.
+        """
+        if isinstance(memory, BaseNode):
+            return memory
+        if isinstance(memory, str):
+            fact, day = memory, default_date or date.today()
+        elif isinstance(memory, tuple) and len(memory) == 2 and isinstance(memory[0], str):
+            fact, day = memory
+        else:
+            raise InvalidInputError(
+                f"add takes facts, (fact, date) pairs or memory nodes, got {memory!r}"
+                + ("; a conversation goes to remember()" if isinstance(memory, dict) else ""))
+        return memory_node(fact, day, user_id=self.user_id, user_name=self.user_name)
+
     def _llm(self, llm: Optional[LLM]) -> LLM:
         chosen = llm or self.llm
         if chosen is None:
@@ -445,3 +467,46 @@ class RecencyMemory:
         if user_id is not None and self.user_id is not None and user_id != self.user_id:
             raise InvalidInputError(
                 f"this memory is bound to user {self.user_id!r}, not {user_id!r}")
+
+
+def _items(memories: object) -> list[object]:
+    """What :meth:`RecencyMemory.add` was given, as a list of items.
+
+    Raises:
+        InvalidInputError: Something that is neither an item nor a list of them.
+    """
+    if isinstance(memories, (str, tuple, BaseNode, dict)):
+        return [memories]
+    if isinstance(memories, Iterable) and not isinstance(memories, bytes):
+        return list(memories)
+    raise InvalidInputError(
+        f"add takes facts, (fact, date) pairs or memory nodes, got {memories!r}")
+
+
+def _check_question(query: object) -> None:
+    """Refuse a question the search cannot embed or the LLM cannot be sent.
+
+    Raises:
+        InvalidInputError: ``query`` is not text, is blank, or holds a lone surrogate.
+    """
+    if not isinstance(query, str):
+        raise InvalidInputError(f"the question must be text, got {query!r}")
+    if not query.strip():
+        raise InvalidInputError(f"the question is blank: {query!r}")
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"the question holds a lone surrogate: {query!r}") from None
+
+
+def _turn(turn: object) -> Turn:
+    """A turn of a conversation given to :meth:`RecencyMemory.remember`, as a :class:`Turn`.
+
+    Raises:
+        InvalidInputError: Neither a :class:`Turn` nor a ``(role, text)`` pair of text.
+    """
+    if isinstance(turn, Turn):
+        return turn
+    if isinstance(turn, tuple) and len(turn) == 2 and all(isinstance(x, str) for x in turn):
+        return Turn(*turn)
+    raise InvalidInputError(f"a conversation turn is a Turn or a (role, text) pair, got {turn!r}")

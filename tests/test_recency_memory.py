@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_index_recency.errors import MemoryNotFoundError, MemoryStoreLockedError
+from llama_index_recency.errors import MemoryNotFoundError, MemoryStoreLockedError, RecencyError
 from llama_index_recency.models.factories import openai_like_llm
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.recency_memory import RecencyMemory
@@ -177,3 +177,50 @@ def test_searches_share_one_retriever_until_the_policy_or_user_changes(memory) -
     memory.policy = RecencyPolicy(weight=0.0, threshold=0.99, reference_date=TODAY)
     assert memory.search(COFFEE).nodes == ()  # the new policy's gate
     assert memory._searcher is not first
+
+
+def test_add_takes_one_fact_a_pair_a_node_or_a_list_of_them(memory) -> None:
+    """As mem0's add(data): a plain fact is dated today (or ``date=``)."""
+    from datetime import date
+
+    single = memory.add("The user drinks coffee black.")
+    (stored,) = memory.get_all()
+    assert single.new == (stored.node_id,) and stored.metadata["date"] == date.today().isoformat()
+    memory.add(["The user likes tea.", ("The user walks at night.", "2026-09-01")],
+               date="2026-08-01")
+    days = {node.get_content(): node.metadata["date"] for node in memory.get_all()}
+    assert days["2026-08-01: Taro likes tea."] == "2026-08-01"  # the user's name filled in
+    assert days["2026-09-01: Taro walks at night."] == "2026-09-01"
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda m: m.add([(None, "2026-09-01")]), "add takes facts, (fact, date) pairs or memory "
+                                               "nodes, got (None, '2026-09-01')"),
+    (lambda m: m.add(42), "add takes facts, (fact, date) pairs or memory nodes, got 42"),
+    (lambda m: m.add({"role": "user", "content": "hi"}), "a conversation goes to remember()"),
+    (lambda m: m.search(""), "the question is blank: ''"),
+    (lambda m: m.search(None), "the question must be text, got None"),
+    (lambda m: m.search("caf\ud800"), "the question holds a lone surrogate"),
+], ids=["fact None", "not a list", "a chat message", "blank", "None", "lone surrogate"])
+def test_bad_input_to_the_memory_object_is_one_recency_error_line(memory, call, message) -> None:
+    with pytest.raises(RecencyError) as raised:
+        call(memory)
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_remember_takes_role_and_text_pairs(memory, openai_server: OpenAIServer) -> None:
+    openai_server.reply = json.dumps({"memories": [
+        {"turn": 1, "kind": "habit_change", "fact": "The user has switched to green tea."}]})
+    llm = openai_like_llm(api_base=openai_server.base_url, timeout=5.0, max_retries=0)
+    (stored,) = memory.remember([("user", "I've switched to green tea.")],
+                                memory_date="2026-09-09", llm=llm)
+    assert stored.get_content().endswith("switched to green tea.")
+    with pytest.raises(RecencyError, match="a Turn or a"):
+        memory.remember([("user",)], llm=llm)
+
+
+def test_a_store_path_under_a_file_is_one_line_naming_the_file(tmp_path: Path, e5) -> None:
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("not a store")
+    with pytest.raises(RecencyError, match=f"lies under the file {a_file}, not a directory"):
+        RecencyMemory(e5, path=a_file / "store")

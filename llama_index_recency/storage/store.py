@@ -197,8 +197,8 @@ def _edge_store(
     temporary = path is None
     if path is None:
         path = tempfile.mkdtemp(prefix="llama-index-recency-")
-    elif Path(path).is_file():
-        raise MemoryStorePathError(f"the memory store path {path} is a file, not a directory")
+    else:
+        _check_not_a_file(Path(path))
     store = open_edge(Path(path), collection_name)
     if store.dimensions is None:  # a new shard: create it now, so opening holds the lock
         store = open_edge(Path(path), collection_name, dimensions=identity["dimensions"])
@@ -213,6 +213,21 @@ def _edge_store(
         raise embedding_mismatch(collection_name, recorded or {"model": "an unrecorded model",
                                                       "dimensions": store.dimensions}, identity)
     return store
+
+
+def _check_not_a_file(path: Path) -> None:
+    """Refuse a store path that is a file, or lies under one (it could never be created).
+
+    Raises:
+        MemoryStorePathError: ``path`` or a folder above it is a file.
+    """
+    for place in (path, *path.parents):
+        if place.is_file():
+            where = "is a file" if place == path else f"lies under the file {place}"
+            raise MemoryStorePathError(
+                f"the memory store path {path} {where}, not a directory")
+        if place.exists():
+            return
 
 
 def check_memory_store(
@@ -237,8 +252,7 @@ def check_memory_store(
             shard directory holds something else.
     """
     root = Path(path)
-    if root.is_file():
-        raise MemoryStorePathError(f"the memory store path {root} is a file, not a directory")
+    _check_not_a_file(root)
     if is_local_mode_store(root):
         _check_local_mode_lock(root)
         return
