@@ -37,6 +37,7 @@ from llama_index_recency.querying.gate import (
 )
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.ranked import RecencyRanking
+from llama_index_recency.records.given import as_turn, check_question, memory_items
 from llama_index_recency.records.nodes import memory_node
 from llama_index_recency.storage import (
     close_memory_index,
@@ -174,7 +175,7 @@ class RecencyMemory:
             FutureMemoryDateError: A fact dated after tomorrow.
             PartialWriteError: A batch failed; it says how many memories were stored.
         """
-        nodes = [self._node(memory, date) for memory in _items(memories)]
+        nodes = [self._node(memory, date) for memory in memory_items(memories)]
         stored = insert_memories(self.index, nodes, on_progress=on_progress)
         refit_after_write(self.index, min_memories=self.min_fit_memories)
         return stored
@@ -262,7 +263,7 @@ class RecencyMemory:
             InvalidInputError: No LLM given here or to the object, or a turn that is neither
                 a :class:`Turn` nor a ``(role, text)`` pair.
         """
-        turns = [_turn(turn) for turn in turns]
+        turns = [as_turn(turn) for turn in turns]
         stored = remember(turns, self.index, self._llm(llm), memory_date=memory_date,
                           user_name=self.user_name, user_id=self.user_id,
                           allow_future=allow_future)
@@ -300,7 +301,7 @@ class RecencyMemory:
         Raises:
             InvalidInputError: ``query`` is not text, is blank, or holds a lone surrogate.
         """
-        _check_question(query)
+        check_question(query)
         # One retriever for every search while the policy, user and fit size stay: it counts
         # the store once and follows its gate, instead of a new one (and a count) per search.
         wanted = (self._policy, self.user_id, self.min_fit_memories)
@@ -467,46 +468,3 @@ class RecencyMemory:
         if user_id is not None and self.user_id is not None and user_id != self.user_id:
             raise InvalidInputError(
                 f"this memory is bound to user {self.user_id!r}, not {user_id!r}")
-
-
-def _items(memories: object) -> list[object]:
-    """What :meth:`RecencyMemory.add` was given, as a list of items.
-
-    Raises:
-        InvalidInputError: Something that is neither an item nor a list of them.
-    """
-    if isinstance(memories, (str, tuple, BaseNode, dict)):
-        return [memories]
-    if isinstance(memories, Iterable) and not isinstance(memories, bytes):
-        return list(memories)
-    raise InvalidInputError(
-        f"add takes facts, (fact, date) pairs or memory nodes, got {memories!r}")
-
-
-def _check_question(query: object) -> None:
-    """Refuse a question the search cannot embed or the LLM cannot be sent.
-
-    Raises:
-        InvalidInputError: ``query`` is not text, is blank, or holds a lone surrogate.
-    """
-    if not isinstance(query, str):
-        raise InvalidInputError(f"the question must be text, got {query!r}")
-    if not query.strip():
-        raise InvalidInputError(f"the question is blank: {query!r}")
-    try:
-        query.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInputError(f"the question holds a lone surrogate: {query!r}") from None
-
-
-def _turn(turn: object) -> Turn:
-    """A turn of a conversation given to :meth:`RecencyMemory.remember`, as a :class:`Turn`.
-
-    Raises:
-        InvalidInputError: Neither a :class:`Turn` nor a ``(role, text)`` pair of text.
-    """
-    if isinstance(turn, Turn):
-        return turn
-    if isinstance(turn, tuple) and len(turn) == 2 and all(isinstance(x, str) for x in turn):
-        return Turn(*turn)
-    raise InvalidInputError(f"a conversation turn is a Turn or a (role, text) pair, got {turn!r}")

@@ -224,3 +224,11 @@ def test_a_store_path_under_a_file_is_one_line_naming_the_file(tmp_path: Path, e
     a_file.write_text("not a store")
     with pytest.raises(RecencyError, match=f"lies under the file {a_file}, not a directory"):
         RecencyMemory(e5, path=a_file / "store")
+
+
+def test_a_policy_copied_with_a_high_threshold_lets_nothing_in_in_any_language(memory) -> None:
+    memory.add([BLACK, SWEET, ("ユーザーはブラックコーヒーを飲む。", "2026-09-01")])
+    assert memory.search(COFFEE).nodes  # the shipped gate lets the coffee memories in
+    memory.policy = memory.policy.model_copy(update={"threshold": 0.99})
+    for question in (COFFEE, "コーヒーはどう飲むんだっけ？"):
+        assert memory.search(question).nodes == (), question

