@@ -10,7 +10,6 @@ that runs ``X`` in a worker thread (the store's calls block).
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime
@@ -37,8 +36,13 @@ from llama_index_recency.querying.gate import (
 )
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.ranked import RecencyRanking
-from llama_index_recency.records.given import as_turn, check_question, memory_items
-from llama_index_recency.records.nodes import memory_node
+from llama_index_recency.records.given import (
+    as_memory_node,
+    as_turn,
+    check_limit,
+    check_question,
+    memory_items,
+)
 from llama_index_recency.storage import (
     close_memory_index,
     get_memories,
@@ -59,8 +63,6 @@ from llama_index_recency.writing.updates import (
     update_memory,
 )
 from llama_index_recency.writing.writer import Turn, remember
-
-logger = logging.getLogger(__name__)
 
 MemoryDate = date | datetime | str
 Fact = tuple[str, MemoryDate]
@@ -133,7 +135,7 @@ class RecencyMemory:
         self._policy = policy
         self.user_id, self.user_name, self.llm = user_id, user_name, llm
         self.min_fit_memories = min_fit_memories
-        self._searcher: Optional[tuple[tuple[Any, ...], QdrantRecencyRetriever]] = None
+        self._searchers: dict[tuple[Optional[str], int], tuple[Any, QdrantRecencyRetriever]] = {}
 
     @property
     def policy(self) -> RecencyPolicy:
@@ -152,6 +154,8 @@ class RecencyMemory:
         memories: str | Fact | BaseNode | Iterable[str | Fact | BaseNode],
         *,
         date: Optional[MemoryDate] = None,
+        user_id: Optional[str] = None,
+        metadata: Optional[dict[str, Any]] = None,
         on_progress: Optional[Progress] = None,
     ) -> StoredMemories:
         """Store memories: facts, facts with their dates, or nodes made with :func:`memory_node`.
@@ -161,6 +165,9 @@ class RecencyMemory:
                 node, or a list of them. Facts become memories of this object's user and user
                 name; nodes are stored as given.
             date: The date of the facts given without one (default: today).
+            user_id: Whose memories these are (default: this object's user); a node must be
+                of this user.
+            metadata: More metadata for the facts (not the nodes).
             on_progress: Called with ``(phase, done, total)`` as batches are embedded and
                 stored.
 
@@ -171,11 +178,15 @@ class RecencyMemory:
         Raises:
             InvalidInputError: A fact that is empty, too long or not one line of text; a date
                 that cannot be read; one memory given twice; other text or another user
-                under a stored memory's id; a node superseding another user's memory.
+                under a stored memory's id; a node superseding another user's memory; a
+                ``user_id`` other than this object's, or a node of another user than the one
+                written for.
             FutureMemoryDateError: A fact dated after tomorrow.
             PartialWriteError: A batch failed; it says how many memories were stored.
         """
-        nodes = [self._node(memory, date) for memory in memory_items(memories)]
+        user = self._user(user_id)
+        nodes = [as_memory_node(memory, date or datetime.now().date(), user, self.user_name, metadata)
+                 for memory in memory_items(memories)]
         stored = insert_memories(self.index, nodes, on_progress=on_progress)
         refit_after_write(self.index, min_memories=self.min_fit_memories)
         return stored
@@ -232,14 +243,14 @@ class RecencyMemory:
             raise InvalidInputError(
                 f"forget needs ids, user_id, before or filters with a condition, "
                 f"got filters={filters!r}; it never deletes everything")
-        self._check_user(user_id)
-        return forget(self.index, ids, user_id=user_id or self.user_id, before=before,
+        return forget(self.index, ids, user_id=self._user(user_id), before=before,
                       filters=filters)
 
     def remember(
         self,
         turns: Sequence[Turn],
         *,
+        user_id: Optional[str] = None,
         memory_date: Optional[MemoryDate] = None,
         llm: Optional[LLM] = None,
         allow_future: bool = False,
@@ -260,38 +271,45 @@ class RecencyMemory:
             RetryableWriteError: The LLM call failed; nothing was stored.
             FinalWriteError: The LLM answered but no valid fact came of it.
             FutureMemoryDateError: ``memory_date`` after tomorrow, before any LLM call.
-            InvalidInputError: No LLM given here or to the object, or a turn that is neither
-                a :class:`Turn` nor a ``(role, text)`` pair.
+            InvalidInputError: No LLM given here or to the object, a turn that is neither
+                a :class:`Turn` nor a ``(role, text)`` pair, or a ``user_id`` other than this
+                object's.
         """
         turns = [as_turn(turn) for turn in turns]
         stored = remember(turns, self.index, self._llm(llm), memory_date=memory_date,
-                          user_name=self.user_name, user_id=self.user_id,
+                          user_name=self.user_name, user_id=self._user(user_id),
                           allow_future=allow_future)
         refit_after_write(self.index, min_memories=self.min_fit_memories)
         return stored
 
-    def import_(self, path: str | os.PathLike[str], *,
+    def import_(self, path: str | os.PathLike[str], *, user_id: Optional[str] = None,
                 on_progress: Optional[Progress] = None) -> int:
         """Store the memories of a JSON Lines file written by :meth:`export` (as it holds
-        them, users included).
+        them, users included; for ``user_id``, default this object's user, only theirs).
 
         Returns:
             How many memories the store did not hold before (0 for a file imported again).
 
         Raises:
-            MemoryFileError: A line that cannot be imported (named); nothing was stored.
+            MemoryFileError: A line that cannot be imported (named), or of another user than
+                the one imported for; nothing was stored.
+            InvalidInputError: A ``user_id`` other than this object's.
             PartialWriteError: A batch failed; it says how many were stored.
             OSError: ``path`` cannot be read.
         """
-        new = import_memories(self.index, path, on_progress=on_progress)
+        new = import_memories(self.index, path, user_id=self._user(user_id),
+                              on_progress=on_progress)
         refit_after_write(self.index, min_memories=self.min_fit_memories)
         return new
 
     # --- reading ----------------------------------------------------------------------
 
-    def search(self, query: str) -> RecencyRanking:
+    def search(self, query: str, *, user_id: Optional[str] = None, limit: Optional[int] = None,
+               filters: Optional[MetadataFilters] = None) -> RecencyRanking:
         """Rank the memories for ``query`` exactly: cosine + recency bonus over the whole
-        store (this user's part), gated by the policy's threshold.
+        store (``user_id``'s part, default this object's user; ``filters`` narrowing it),
+        gated by the policy's threshold, at most ``limit`` kept (default the policy's
+        ``top_n``).
 
         Returns:
             The ranking: ``nodes`` are the memories that pass (each node's score its final
@@ -299,48 +317,64 @@ class RecencyMemory:
             verdict; ``str()`` of it is a table.
 
         Raises:
-            InvalidInputError: ``query`` is not text, is blank, or holds a lone surrogate.
+            InvalidInputError: ``query`` is not text, is blank, or holds a lone surrogate; a
+                ``limit`` that is not a whole number >= 1; a ``user_id`` other than this
+                object's.
         """
         check_question(query)
-        # One retriever for every search while the policy, user and fit size stay: it counts
-        # the store once and follows its gate, instead of a new one (and a count) per search.
-        wanted = (self._policy, self.user_id, self.min_fit_memories)
-        if self._searcher is None or self._searcher[0][0] is not wanted[0] or (
-                self._searcher[0][1:] != wanted[1:]):
-            self._searcher = (wanted, self.retriever())
-        return self._searcher[1].explain(query)
+        user = self._user(user_id)
+        check_limit(limit)
+        if limit is not None or filters is not None:
+            policy = self._policy or index_policy(self.index)
+            if limit is not None:
+                policy = policy.model_copy(update={"top_n": limit})
+            return self.retriever(user_id=user, policy=policy, filters=filters).explain(query)
+        # One retriever per user and fit size while the policy stays: it counts the store once
+        # and follows its gate, instead of a new one (and a count) per search.
+        kept = self._searchers.get((user, self.min_fit_memories))
+        if kept is None or kept[0] is not self._policy:
+            kept = self._searchers[user, self.min_fit_memories] = (
+                self._policy, self.retriever(user_id=user))
+        return kept[1].explain(query)
 
-    def get(self, memory_id: str) -> BaseNode:
-        """The memory ``memory_id`` (of this object's user, when it has one).
+    def get(self, memory_id: str, *, user_id: Optional[str] = None) -> BaseNode:
+        """The memory ``memory_id`` (of ``user_id``, default this object's user, when there
+        is one).
 
         Raises:
             MemoryNotFoundError: No such memory (of this user).
-        """
-        return get_memory(self.index, memory_id, user_id=self.user_id)
-
-    def get_all(self, *, user_id: Optional[str] = None,
-                filters: Optional[MetadataFilters] = None) -> list[BaseNode]:
-        """The memories of ``user_id`` (default: this object's user; none, all) matching
-        ``filters``, newest first, with their vectors.
-
-        Raises:
             InvalidInputError: A ``user_id`` other than this object's.
         """
-        self._check_user(user_id)
-        return get_memories(self.index, filters=filters, user_id=user_id or self.user_id)
+        return get_memory(self.index, memory_id, user_id=self._user(user_id))
 
-    def history(self, memory_id: str) -> list[BaseNode]:
+    def get_all(self, *, user_id: Optional[str] = None, limit: Optional[int] = None,
+                filters: Optional[MetadataFilters] = None) -> list[BaseNode]:
+        """The memories of ``user_id`` (default: this object's user; none, all) matching
+        ``filters``, newest first (the ``limit`` newest), with their vectors.
+
+        Raises:
+            InvalidInputError: A ``user_id`` other than this object's, or a ``limit`` that is
+                not a whole number >= 1.
+        """
+        check_limit(limit)
+        found = get_memories(self.index, filters=filters, user_id=self._user(user_id))
+        return found if limit is None else found[:limit]
+
+    def history(self, memory_id: str, *, user_id: Optional[str] = None) -> list[BaseNode]:
         """Every version of the fact a memory holds, oldest first: the memories it
         supersedes and those superseding it, transitively, within its user.
 
         Raises:
             MemoryNotFoundError: No such memory (of this user).
+            InvalidInputError: A ``user_id`` other than this object's.
         """
-        return memory_history(self.index, memory_id, user_id=self.user_id)
+        return memory_history(self.index, memory_id, user_id=self._user(user_id))
 
-    def export(self, path: str | os.PathLike[str], *, with_embeddings: bool = False) -> int:
-        """Write this user's memories (all, without a user) to ``path`` as JSON Lines,
-        atomically; ``with_embeddings`` keeps the vectors so an import need not embed.
+    def export(self, path: str | os.PathLike[str], *, user_id: Optional[str] = None,
+               with_embeddings: bool = False) -> int:
+        """Write ``user_id``'s memories (default this object's user; all, without a user) to
+        ``path`` as JSON Lines, atomically; ``with_embeddings`` keeps the vectors so an
+        import need not embed.
 
         Returns:
             How many memories were written.
@@ -348,22 +382,27 @@ class RecencyMemory:
         Raises:
             InvalidInputError: A stored memory without a readable date its text starts with
                 (only :func:`memory_node`'s can be exported), or ``with_embeddings`` on a
-                store that records no embedding model; ``path`` is left as it was.
+                store that records no embedding model, or a ``user_id`` other than this
+                object's; ``path`` is left as it was.
             OSError: ``path`` cannot be written (it is left as it was).
         """
-        return export_memories(self.index, path, user_id=self.user_id,
+        return export_memories(self.index, path, user_id=self._user(user_id),
                                with_embeddings=with_embeddings)
 
     # --- integrations -----------------------------------------------------------------
 
-    def retriever(self, **kwargs: Any) -> QdrantRecencyRetriever:
-        """The exact recency retriever over this store, with this policy and user.
+    def retriever(self, *, user_id: Optional[str] = None, **kwargs: Any
+                  ) -> QdrantRecencyRetriever:
+        """The exact recency retriever over this store's (``user_id``'s, default this object's
+        user's) memories, with this policy; ``kwargs`` go to :class:`QdrantRecencyRetriever`
+        (``policy``, ``filters``, ``vague_window_days``).
 
-        ``kwargs`` go to :class:`QdrantRecencyRetriever` (``filters``, ``vague_window_days``).
+        Raises:
+            InvalidInputError: A ``user_id`` other than this object's.
         """
         kwargs.setdefault("min_fit_memories", self.min_fit_memories)
-        return QdrantRecencyRetriever.from_index(self.index, self._policy, user_id=self.user_id,
-                                                 **kwargs)
+        return QdrantRecencyRetriever.from_index(self.index, kwargs.pop("policy", self._policy),
+                                                 user_id=self._user(user_id), **kwargs)
 
     def as_memory_block(self, **kwargs: Any) -> RecencyMemoryBlock:
         """An agent memory block reading (and, with an LLM, writing) this user's memories.
@@ -402,8 +441,13 @@ class RecencyMemory:
             The fit: its ``threshold``, and ``summary(current)`` comparing a threshold.
 
         Raises:
-            InvalidInputError: The store (this user's part) is empty.
+            InvalidInputError: The store (this user's part) is empty, or ``save`` on an object
+                bound to a user (the saved policy ranks every user's questions).
         """
+        if save and self.user_id is not None:
+            raise InvalidInputError(
+                f"calibrate(save=True) saves the whole store's policy, and this memory is bound "
+                f"to user {self.user_id!r}: save it from a RecencyMemory without a user_id")
         fit = calibrate_gate(self.index, self.policy, max_bring_up=max_bring_up,
                              user_id=self.user_id)
         if save:
@@ -424,7 +468,6 @@ class RecencyMemory:
                  traceback: Optional[TracebackType]) -> None:
         self.close()
 
-    # --- async twins ------------------------------------------------------------------
 
     aadd = in_thread(add)
     aupdate = in_thread(update)
@@ -438,25 +481,6 @@ class RecencyMemory:
     aexport = in_thread(export)
     acalibrate = in_thread(calibrate)
 
-    # --- helpers ----------------------------------------------------------------------
-
-    def _node(self, memory: object, default_date: Optional[MemoryDate]) -> BaseNode:
-        """One item given to :meth:`add` as a node (a node as it is).
-
-        Raises:
-            InvalidInputError: Anything but a fact, a ``(fact, date)`` pair or a node.
-        """
-        if isinstance(memory, BaseNode):
-            return memory
-        if isinstance(memory, str):
-            fact, day = memory, default_date or date.today()
-        elif isinstance(memory, tuple) and len(memory) == 2 and isinstance(memory[0], str):
-            fact, day = memory
-        else:
-            raise InvalidInputError(
-                f"add takes facts, (fact, date) pairs or memory nodes, got {memory!r}"
-                + ("; a conversation goes to remember()" if isinstance(memory, dict) else ""))
-        return memory_node(fact, day, user_id=self.user_id, user_name=self.user_name)
 
     def _llm(self, llm: Optional[LLM]) -> LLM:
         chosen = llm or self.llm
@@ -464,7 +488,13 @@ class RecencyMemory:
             raise InvalidInputError("no LLM: pass llm= to RecencyMemory or to this call")
         return chosen
 
-    def _check_user(self, user_id: Optional[str]) -> None:
+    def _user(self, user_id: Optional[str]) -> Optional[str]:
+        """The user a call is for: ``user_id``, else this object's.
+
+        Raises:
+            InvalidInputError: A ``user_id`` other than the one this object is bound to.
+        """
         if user_id is not None and self.user_id is not None and user_id != self.user_id:
             raise InvalidInputError(
                 f"this memory is bound to user {self.user_id!r}, not {user_id!r}")
+        return user_id if user_id is not None else self.user_id

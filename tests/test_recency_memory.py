@@ -48,7 +48,7 @@ def test_add_then_search_ranks_the_recent_fact_first_with_its_numbers(memory) ->
 def test_a_bound_user_sees_and_changes_only_their_own_memories(memory, e5) -> None:
     (taro_tea,) = memory.add([("The user drinks green tea.", "2026-09-01")]).new
     hanako = memory_node("Hanako drinks oolong tea.", "2026-09-01", user_id="hanako")
-    memory.add([hanako])
+    RecencyMemory(index=memory.index).add([hanako])  # a bound object writes only its user's
     assert [node.node_id for node in memory.get_all()] == [taro_tea]
     assert memory.get(taro_tea).metadata["user_id"] == "taro"
     with pytest.raises(MemoryNotFoundError, match="of user 'taro'"):
@@ -113,8 +113,9 @@ def test_integrations_share_the_store_policy_user_and_llm(memory, openai_server)
 @pytest.mark.slow
 def test_calibrate_save_ranks_with_the_fitted_threshold_from_now_on(memory, e5, tmp_path) -> None:
     memory.add([BLACK, SWEET, TRAIN])
-    fit = memory.calibrate(save=True)
-    assert memory.policy.threshold == fit.threshold
+    whole_store = RecencyMemory(index=memory.index)  # the saved policy ranks every user
+    fit = whole_store.calibrate(save=True)
+    assert whole_store.policy.threshold == fit.threshold
     memory.close()
     with RecencyMemory(e5, path=tmp_path / "store") as reopened:
         assert reopened.policy.threshold == fit.threshold
@@ -166,17 +167,17 @@ def test_a_write_whose_gate_refit_fails_keeps_its_memories_and_says_so_once(
     assert warnings == ["the gate was not refitted: OSError: No space left on device"]
 
 
-def test_searches_share_one_retriever_until_the_policy_or_user_changes(memory) -> None:
-    """One retriever (one count of the store, one gate follower) for every search; a policy
-    or user set since gets a new one, so the search ranks with what was set."""
+def test_searches_share_one_retriever_until_the_policy_changes(memory) -> None:
+    """One retriever (one count of the store, one gate follower) per user for every search; a
+    policy set since gets a new one, so the search ranks with what was set."""
     memory.add([BLACK, SWEET])
     memory.search(COFFEE)
-    first = memory._searcher
+    (first,) = memory._searchers.values()
     memory.search("What do I do in the morning?")
-    assert memory._searcher is first
+    assert list(memory._searchers.values()) == [first]
     memory.policy = RecencyPolicy(weight=0.0, threshold=0.99, reference_date=TODAY)
     assert memory.search(COFFEE).nodes == ()  # the new policy's gate
-    assert memory._searcher is not first
+    assert list(memory._searchers.values()) != [first]
 
 
 def test_add_takes_one_fact_a_pair_a_node_or_a_list_of_them(memory) -> None:
@@ -232,3 +233,59 @@ def test_a_policy_copied_with_a_high_threshold_lets_nothing_in_in_any_language(m
     memory.policy = memory.policy.model_copy(update={"threshold": 0.99})
     for question in (COFFEE, "コーヒーはどう飲むんだっけ？"):
         assert memory.search(question).nodes == (), question
+
+
+
+# --- one object, many users (mem0's verbs) ---------------------------------------------------
+
+
+@pytest.fixture
+def shared(e5, tmp_path: Path):
+    with RecencyMemory(e5, path=tmp_path / "store", user_name=None) as unbound:
+        unbound.policy = index_policy(unbound.index, reference_date=TODAY)
+        yield unbound
+
+
+def test_one_unbound_object_serves_each_user_per_call(shared) -> None:
+    shared.add("The user drinks coffee black.", date="2026-09-01", user_id="alice")
+    shared.add("The user drinks green tea.", date="2026-09-02", user_id="bob")
+    alice = shared.get_all(user_id="alice")
+    assert [n.metadata["user_id"] for n in alice] == ["alice"]
+    found = shared.search("What do I drink?", user_id="bob")
+    assert [n.node.metadata["user_id"] for n in found.nodes] == ["bob"]
+    assert len(shared.search("What do I drink?", user_id="alice", limit=1).nodes) <= 1
+    assert len(shared.get_all(limit=1)) == 1 and len(shared.get_all()) == 2
+    assert shared.forget(user_id="alice") == 1
+    assert [n.metadata["user_id"] for n in shared.get_all()] == ["bob"]
+
+
+def test_two_threads_writing_for_two_users_lose_nothing(shared) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def write(user: str) -> None:
+        for i in range(15):
+            shared.add(f"The user noted thing {i} for {user}.", date="2026-09-01", user_id=user)
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(write, ["alice", "bob"]))
+    for user in ("alice", "bob"):
+        texts = {n.get_content() for n in shared.get_all(user_id=user)}
+        assert texts == {f"2026-09-01: The user noted thing {i} for {user}." for i in range(15)}
+
+
+def test_a_bound_object_refuses_another_users_reads_and_writes(memory, tmp_path: Path) -> None:
+    alice_node = memory_node("The user likes jazz.", "2026-09-01", user_id="alice")
+    with pytest.raises(RecencyError, match="is of user 'alice', not 'taro'"):
+        memory.add([alice_node])
+    with pytest.raises(RecencyError, match="bound to user 'taro', not 'alice'"):
+        memory.search(COFFEE, user_id="alice")
+    with pytest.raises(RecencyError, match="bound to user 'taro', not 'alice'"):
+        memory.get_all(user_id="alice")
+    with pytest.raises(RecencyError, match="saves the whole store's policy"):
+        memory.calibrate(save=True)
+    other = RecencyMemory(index=memory.index, user_id="alice")
+    other.add([alice_node])
+    other.export(tmp_path / "alice.jsonl")
+    with pytest.raises(RecencyError, match="a memory of user 'alice', not 'taro'"):
+        memory.import_(tmp_path / "alice.jsonl")
+    assert memory.get_all() == []  # nothing of Alice's was written for Taro

@@ -249,12 +249,14 @@ def import_memories(
     path: str | os.PathLike[str],
     *,
     replace: bool = False,
+    user_id: Optional[str] = None,
     on_progress: Optional[Progress] = None,
 ) -> int:
     """Store the memories of a JSON Lines file (as :func:`export_memories` writes it);
     returns how many the store did not hold before (0 when the file is imported again).
     ``replace`` lets a line give a stored memory another user or metadata (its text and
-    date never change); without it such a line is refused.
+    date never change); without it such a line is refused. With ``user_id``, a line of
+    another user (or of none) is refused too.
 
     Every line is checked before anything is stored (:func:`read_memory_file`, then against
     the store: vectors only of its recorded embedding model and dimension, links only to
@@ -272,7 +274,14 @@ def import_memories(
         PartialWriteError: A batch failed; it says how many memories were stored.
         OSError: ``path`` cannot be read.
     """
-    nodes = read_memory_file(path).checked_for(index, replace=replace)
+    memory_file = read_memory_file(path)
+    if user_id is not None:
+        for node, line in zip(memory_file.nodes, memory_file.lines, strict=True):
+            if node.metadata.get(USER_ID_KEY) != user_id:
+                raise MemoryFileError(memory_file.path, line, (
+                    f"a memory of user {node.metadata.get(USER_ID_KEY)!r}, not {user_id!r}; "
+                    "import it without a user"))
+    nodes = memory_file.checked_for(index, replace=replace)
     return len(insert_memories(index, nodes, on_progress=on_progress, replace=replace).new)
 
 
