@@ -292,3 +292,22 @@ async def test_the_async_retriever_places_newer_versions_alike(coffee_store) -> 
     question = "How do I take my coffee?"
     assert [n.node.node_id for n in await retriever.aretrieve(question)] == [
         n.node.node_id for n in retriever.retrieve(question)]
+
+
+def test_a_legacy_back_link_to_a_candidate_moves_it_first_though_the_vectors_differ() -> None:
+    """An older store's ``superseded_by`` pairs a memory with its successor among the
+    candidates, whatever their vectors say (a filler, not a near-duplicate)."""
+    nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.78, "2026-11-01")},
+                       twins={})  # "new" is no near-duplicate of "old"
+    assert ranked(nodes)[:2] == ["old", "new"]
+    nodes[0].node.metadata[SUPERSEDED_BY_KEY] = ["new"]
+    assert ranked(nodes)[:2] == ["new", "old"]
+
+
+def test_candidates_with_one_vector_are_ranked_as_they_are_without_error() -> None:
+    """Identical vectors leave nothing once their mean is taken out: no pairing, no error."""
+    nodes = candidates({"a": (0.80, "2026-05-01"), "b": (0.79, "2026-11-01"),
+                        "c": (0.78, "2026-08-01")}, twins={})
+    for candidate in nodes:
+        candidate.node.embedding = nodes[0].node.embedding
+    assert ranked(nodes) == ["a", "b", "c"]

@@ -298,3 +298,10 @@ async def test_the_memory_block_adds_the_note_for_a_vague_reference() -> None:
     plain = await Memory.from_defaults(session_id="plain", memory_blocks=[block]).aget(
         input="What did I buy?")
     assert all("retrieved_memory" not in (m.content or "") for m in plain)
+
+
+@pytest.mark.parametrize("question", ["Did you finish that the other day?",
+                                      "How did that go the other week?"])
+def test_a_pronoun_before_the_other_day_is_still_a_vague_reference(question: str) -> None:
+    """"the other day" is a time word, not "the" + content after "that"."""
+    assert is_vague_reference(question)
