@@ -599,3 +599,13 @@ def test_a_store_that_is_not_qdrant_is_refused_in_one_line_when_the_retriever_is
     with pytest.raises(TypeError, match=r"memories live in Qdrant Edge or Qdrant .* not in a "
                                         r"SimpleVectorStore$"):
         QdrantRecencyRetriever.from_index(plain, RecencyPolicy())
+
+
+def test_raise_finds_an_undated_memory_that_could_pass_below_dated_ones(engine: str) -> None:
+    """With on_missing_date="raise", an undated memory that could pass raises even when
+    dated memories score above it: the plan looks for undated ones on their own."""
+    rows = [(f"Taro noted server fact {i}.", "2026-08-28", 0.60 - 0.005 * i) for i in range(20)]
+    rows.append(("An undated note about the server.", None, 0.47))
+    retriever = retriever_for(store_of(known_cosine_nodes(rows), engine), on_missing_date="raise")
+    with pytest.raises(MemoryDateError, match="value None"):
+        retriever.retrieve(e0_query(len(rows) + 1))
