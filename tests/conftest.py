@@ -307,8 +307,8 @@ def _tool_call_json(call: ToolCall) -> dict[str, Any]:
             "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}
 
 
-@pytest.fixture
-def openai_server() -> Iterator[OpenAIServer]:
+def _served() -> Iterator[OpenAIServer]:
+    """An OpenAI-compatible server on a free loopback port, shut down afterwards."""
     state = OpenAIServer()
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
     state.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
@@ -318,6 +318,17 @@ def openai_server() -> Iterator[OpenAIServer]:
     state.release.set()
     httpd.shutdown()
     httpd.server_close()
+
+
+@pytest.fixture
+def openai_server() -> Iterator[OpenAIServer]:
+    yield from _served()
+
+
+@pytest.fixture
+def extraction_server() -> Iterator[OpenAIServer]:
+    """A second loopback server, for extraction: the agent talks to ``openai_server``."""
+    yield from _served()
 
 
 def cosines_for(nodes: Sequence[Any], raws: Sequence[float]) -> dict[str, float]:

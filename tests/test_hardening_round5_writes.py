@@ -4,10 +4,7 @@ back, and one add never moves a memory to another user or keeps one of two versi
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -22,25 +19,12 @@ from llama_index_recency.storage import Conversation, Outbox, count_memories, ge
 from llama_index_recency.writing import updates
 from llama_index_recency.writing.writer import Turn
 
-from conftest import OpenAIServer, ToolCall, _handler
+from conftest import OpenAIServer, ToolCall
 
 OSAKA = "I moved to Osaka last week."
 OSAKA_FACT = ToolCall("record_memories", {"memories": [
     {"turn": 1, "kind": "event", "fact": "Alice moved to Osaka last week."}]})
 NOTHING = ToolCall("record_memories", {"memories": []})
-
-
-@pytest.fixture
-def extraction_server() -> Iterator[OpenAIServer]:
-    """A second loopback server, for extraction: the agent talks to ``openai_server``."""
-    state = OpenAIServer()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    state.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield state
-    state.release.set()
-    httpd.shutdown()
-    httpd.server_close()
 
 
 def llm_at(url: str):

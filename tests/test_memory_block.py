@@ -17,7 +17,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import date
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -46,7 +45,7 @@ from llama_index_recency.storage import (
 )
 from llama_index_recency.writing.updates import forget
 
-from conftest import KnownCosineEmbedding, OpenAIServer, ToolCall, _handler
+from conftest import KnownCosineEmbedding, OpenAIServer, ToolCall
 
 TODAY = "2026-09-10"
 BLACK = ("The user drinks coffee black.", "2026-08-20", 0.471)
@@ -103,19 +102,6 @@ async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "not within the time allowed"
         await asyncio.sleep(0.02)
-
-
-@pytest.fixture
-def extraction_server() -> Iterator[OpenAIServer]:
-    """A second loopback server, for extraction: the agent talks to ``openai_server``."""
-    state = OpenAIServer()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    state.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield state
-    state.release.set()
-    httpd.shutdown()
-    httpd.server_close()
 
 
 async def test_the_block_injects_passing_memories_and_nothing_for_a_hit_free_question() -> None:
