@@ -3,10 +3,10 @@ Qdrant Edge, a Qdrant server or qdrant-client's local mode, its results as score
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional, cast
 
-from llama_index.core.schema import BaseNode, NodeWithScore
+from llama_index.core.schema import NodeWithScore
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
     VectorStoreQuery,
@@ -31,7 +31,7 @@ def run_search(store: BasePydanticVectorStore, search: MemorySearch, vector: lis
     query, kwargs = engine_query(store, search, vector, date_key)
     results = _scored(store.query(query, **kwargs), scale)
     if search.with_vectors and (missing := _missing_vectors(results)):
-        _attach_vectors(results, store.get_nodes(node_ids=missing))
+        _attach_vectors(results, stored_vectors(store, missing))
     return results
 
 
@@ -42,7 +42,8 @@ async def arun_search(store: BasePydanticVectorStore, search: MemorySearch,
     query, kwargs = engine_query(store, search, vector, date_key)
     results = _scored(await store.aquery(query, **kwargs), scale)
     if search.with_vectors and (missing := _missing_vectors(results)):
-        _attach_vectors(results, await store.aget_nodes(node_ids=missing))
+        stored = await store.aget_nodes(node_ids=missing)  # an async client may be the only one
+        _attach_vectors(results, {node.node_id: node.embedding for node in stored})
     return results
 
 
@@ -132,9 +133,9 @@ def _missing_vectors(results: Sequence[NodeWithScore]) -> list[str]:
     return [n.node.node_id for n in results if not n.node.embedding]
 
 
-def _attach_vectors(results: Sequence[NodeWithScore], stored: Sequence[BaseNode]) -> None:
+def _attach_vectors(results: Sequence[NodeWithScore],
+                    vectors: Mapping[str, Optional[list[float]]]) -> None:
     """Give each result its stored embedding (a query returns payloads only)."""
-    vectors = {node.node_id: node.embedding for node in stored}
     for result in results:
         if not result.node.embedding:
             result.node.embedding = vectors.get(result.node.node_id)
