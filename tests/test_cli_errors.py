@@ -671,7 +671,7 @@ def small_tmpfs(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("small_tmpfs", ["20m"], indirect=True)
+@pytest.mark.parametrize("small_tmpfs", ["24m"], indirect=True)
 def test_filling_a_real_tmpfs_is_one_line_with_the_count_and_list_is_no_sigbus(
         small_tmpfs: Path, tmp_path: Path) -> None:
     memories = [(f"The user noted thing number {i}.", "2026-09-01") for i in range(1000)]

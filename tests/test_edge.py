@@ -29,6 +29,7 @@ from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import QdrantClient
 
 from llama_index_recency.errors import MemoryStoreLockedError
+from llama_index_recency.ranking.lexical import TERMS_KEY, stored_terms
 from llama_index_recency.storage import QdrantEdgeVectorStore
 from llama_index_recency.storage.edge_files import METADATA_FILE
 
@@ -108,6 +109,7 @@ def test_payload_is_the_one_qdrant_vector_store_writes(store: QdrantEdgeVectorSt
     store.add([rich_node()])
     (record,), _ = local.client.scroll("c", with_payload=True, with_vectors=True)
     ((point_id, vector, payload),) = list(store.iter_points())
+    assert payload.pop(TERMS_KEY) == stored_terms(rich_node().get_content())  # Edge's own key
     assert (point_id, payload) == (str(record.id), record.payload)
     assert vector == pytest.approx(record.vector)
 
@@ -351,6 +353,7 @@ def test_reopen_after_close_keeps_everything(shard_path: Path) -> None:
         assert reopened.get_nodes() == before
         assert reopened.metadata == {"embedding": {"model": "m", "dimensions": 32}}
         assert set(reopened.client.info().payload_schema) == {"date", "doc_id", "user_id",
+                                                              TERMS_KEY,
                                                               "supersedes"}
         query = np.ones(32)
         result = reopened.query(VectorStoreQuery(query_embedding=query.tolist(),
@@ -369,7 +372,8 @@ def test_dimensions_creates_the_shard_at_once_and_date_key_is_indexed(shard_path
         schema = store.client.info().payload_schema
         assert {key: str(info.data_type) for key, info in schema.items()} == {
             "when": "PayloadSchemaType.Datetime", "doc_id": "PayloadSchemaType.Keyword",
-            "user_id": "PayloadSchemaType.Keyword", "supersedes": "PayloadSchemaType.Keyword"}
+            "user_id": "PayloadSchemaType.Keyword", "supersedes": "PayloadSchemaType.Keyword",
+            TERMS_KEY: "PayloadSchemaType.Keyword"}
     finally:
         store.close()
     lazy = QdrantEdgeVectorStore(shard_path.parent / "lazy", date_key=None)

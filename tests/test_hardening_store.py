@@ -78,10 +78,10 @@ def assert_every_read_works(store: str, embed: KnownCosineEmbedding, tmp_path: P
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("small_tmpfs", ["20m"], indirect=True)
+@pytest.mark.parametrize("small_tmpfs", ["24m"], indirect=True)
 def test_a_store_its_small_tmpfs_cannot_reopen_is_still_read_and_writes_say_why(
         small_tmpfs: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """300 memories fit a 20 MB tmpfs, but Edge fills the holes of its mapped files on
+    """300 memories fit a 24 MB tmpfs, but Edge fills the holes of its mapped files on
     loading (about 50 MB): the write warns, reads open a copy on another disk, writes refuse."""
     store = str(small_tmpfs / "store")
     shard = edge_shard_path(store)
@@ -104,11 +104,11 @@ def test_a_store_its_small_tmpfs_cannot_reopen_is_still_read_and_writes_say_why(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("small_tmpfs", ["72m"], indirect=True)
+@pytest.mark.parametrize("small_tmpfs", ["80m"], indirect=True)
 def test_the_space_to_open_a_store_is_what_edge_fills_in_not_every_hole(
         small_tmpfs: Path, tmp_path: Path) -> None:
     """On loading, Edge fills in its vectors and payload indexes, not the payload storage
-    (kept cold) nor the write-ahead log: 300 memories reopen for writing on 72 MB."""
+    (kept cold) nor the write-ahead log: 300 memories reopen for writing on 80 MB."""
     store = str(small_tmpfs / "store")
     embed = add_many(store, tmp_path)
     code, _, err = run_in_child(["add", MEMORY[0], "--date", MEMORY[1], "--store", store], embed)

@@ -18,6 +18,7 @@ from llama_index.vector_stores.qdrant import QdrantVectorStore
 
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.models.cohort import QueryScale, relevance_cohort
+from llama_index_recency.ranking.lexical import LexicalQuery, fused, question_terms
 from llama_index_recency.ranking.news import about_the_news
 from llama_index_recency.ranking.plan import (
     SearchPlan,
@@ -34,11 +35,14 @@ from llama_index_recency.records.nodes import SeveralUsersWarning
 from llama_index_recency.storage import (
     QdrantEdgeVectorStore,
     arun_search,
+    aterm_counts,
+    fill_terms,
     has_async_client,
     is_local,
     payload_indexes,
     run_search,
     sync_client,
+    term_counts,
     to_qdrant_filter,
     vector_store_of,
 )
@@ -88,7 +92,8 @@ class ExactSearch:
         if not self._prepare():
             return self.empty()
         vector = self._embed(bundle)
-        return self._drive(self.plan(bundle), vector, self._scale(vector))
+        lexical = self._lexical(bundle.query_str)
+        return self._drive(self.plan(bundle, lexical), vector, self._scale(vector))
 
     async def arank(self, bundle: QueryBundle) -> RecencyRanking:
         """Async :meth:`rank`. Without an async client (Edge, qdrant-client's local mode)
@@ -103,24 +108,45 @@ class ExactSearch:
             vector = await self._aembed(bundle)
             if not self._prepare():
                 return self.empty()
-            return self._drive(self.plan(bundle), vector, self._scale(vector))
+            lexical = self._lexical(bundle.query_str)
+            return self._drive(self.plan(bundle, lexical), vector, self._scale(vector))
         if not await self._aprepare():
             return self.empty()
         vector = await self._aembed(bundle)
-        return await self._adrive(self.plan(bundle), vector, self._scale(vector))
+        lexical = await self._alexical(bundle.query_str)
+        return await self._adrive(self.plan(bundle, lexical), vector, self._scale(vector))
 
-    def plan(self, bundle: QueryBundle) -> SearchPlan:
-        """The question's search plan (:meth:`_steps`), its repeated link searches answered once."""
-        return reusing_link_searches(self._steps(bundle))
+    def plan(self, bundle: QueryBundle, lexical: Optional[LexicalQuery] = None) -> SearchPlan:
+        """The question's search plan (:meth:`_steps`): its repeated link searches answered
+        once, every result's relevance its cosine plus its lexical part (with ``lexical``)."""
+        return reusing_link_searches(
+            fused(self._steps(bundle, lexical), lexical, self.policy.lexical_weight))
 
-    def _steps(self, bundle: QueryBundle) -> SearchPlan:
+    def _lexical(self, question: str) -> Optional[LexicalQuery]:
+        """The question's terms weighed in the scope's memories; None when the policy reads
+        cosine alone or the question has no term."""
+        asked = question_terms(question)
+        if self.policy.lexical_weight == 0.0 or not asked:
+            return None
+        return LexicalQuery.from_counts(*term_counts(self.vector_store, asked, self.filters))
+
+    async def _alexical(self, question: str) -> Optional[LexicalQuery]:
+        asked = question_terms(question)
+        if self.policy.lexical_weight == 0.0 or not asked:
+            return None
+        assert isinstance(self.vector_store, QdrantVectorStore)
+        return LexicalQuery.from_counts(
+            *await aterm_counts(self.vector_store, asked, self.filters))
+
+    def _steps(self, bundle: QueryBundle, lexical: Optional[LexicalQuery]) -> SearchPlan:
         """The exact ranking with the bonus the question's intent calls for, newer versions
         placed before the older ones they repeat, each superseded memory's newest linked
         successor placed before it, then for a vague reference the recent memories in the
         places left; for a question about the news, no memory."""
         policy = self.policy.for_question(bundle.query_str)
         reference = policy.reference()
-        ranking = yield from exact_recency_search(policy, reference, self.filters)
+        ranking = yield from exact_recency_search(policy, reference, self.filters,
+                                                  lexical=lexical)
         ranking = self.policy.asked(ranking, bundle.query_str)
         ranking = yield from with_newer_versions(ranking, policy, reference, self.filters)
         ranking = yield from with_successors(ranking, policy, reference, self.filters)
@@ -173,6 +199,7 @@ class ExactSearch:
         if isinstance(store, QdrantEdgeVectorStore):
             if not self._ready:
                 self._check_counts(store.count(), store.count(filters=self._dated_filters))
+                self._fill_terms()
             return self._ready
         client = sync_client(store)
         if not self._ready and client.collection_exists(store.collection_name):
@@ -184,6 +211,7 @@ class ExactSearch:
                 client.count(store.collection_name, exact=True).count,
                 client.count(store.collection_name, count_filter=dated, exact=True).count,
             )
+            self._fill_terms()
         return self._ready
 
     async def _aprepare(self) -> bool:
@@ -205,6 +233,11 @@ class ExactSearch:
                 )).count,
             )
         return self._ready
+
+    def _fill_terms(self) -> None:
+        """Store the terms of the memories that lack them, once, when the lexical signal is on."""
+        if self._ready and self.policy.lexical_weight > 0.0:
+            fill_terms(self.vector_store)
 
     def _check_counts(self, total: int, dated: int) -> None:
         """Ready once there is a memory; a store of undated points is someone else's."""

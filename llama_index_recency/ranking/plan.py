@@ -10,6 +10,11 @@ unseen can change the answer; otherwise the searches widen. The answer is then e
 what :class:`~llama_index_recency.RecencyBonusPostprocessor` would keep if it saw every
 memory, for any number of memories near the top.
 
+With a lexical weight (:mod:`~llama_index_recency.ranking.lexical`) a memory's relevance is
+its cosine plus that weight times the share of the question's term weight it holds; each
+term's set is searched like a tier: a memory holding a term no search of it returned has a
+cosine at most that search's ``limit``-th, so the bound stays exact.
+
 The plan is engine-neutral: it yields :class:`MemorySearch` descriptions and receives
 their results, so every engine (Qdrant Edge, a server, qdrant-client's local mode) runs
 the same algorithm, sync or async, and only translates the request.
@@ -22,7 +27,7 @@ import math
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Optional
+from typing import Optional, Union
 
 from llama_index.core.schema import NodeWithScore
 from llama_index.core.vector_stores.types import (
@@ -32,6 +37,7 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
+from llama_index_recency.ranking.lexical import TERMS_KEY, LexicalQuery
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.ranked import RecencyRanking
 
@@ -60,6 +66,7 @@ class MemorySearch:
     ``filters`` is the caller's scope (a user, a kind, ...), applied inside the search;
     ``ids`` restricts it to those memories (to score known ones); ``linked`` = (key, ids)
     to the memories whose list under ``key`` names one of ``ids`` (successor links);
+    ``term``: only memories holding that term (:mod:`~llama_index_recency.ranking.lexical`);
     ``with_vectors``: the results carry their embeddings.
     """
 
@@ -67,6 +74,7 @@ class MemorySearch:
     filters: Optional[MetadataFilters] = None
     since: Optional[datetime] = None
     undated_only: bool = False
+    term: Optional[str] = None
     ids: Optional[tuple[str, ...]] = None
     linked: Optional[tuple[str, tuple[str, ...]]] = None
     with_vectors: bool = False
@@ -81,6 +89,9 @@ class MemorySearch:
             conditions.append(MetadataFilter(key=key, operator=FilterOperator.IN, value=list(ids)))
         if self.since is not None:
             conditions.append(_date_since(date_key, self.since.isoformat()))
+        if self.term is not None:
+            conditions.append(MetadataFilter(key=TERMS_KEY, operator=FilterOperator.EQ,
+                                             value=self.term))
         if self.undated_only:
             conditions.append(
                 MetadataFilters(filters=[_date_since(date_key, EARLIEST_DATE)],
@@ -101,6 +112,9 @@ def dated_filter(date_key: str) -> MetadataFilters:
 def _date_since(date_key: str, iso: str) -> MetadataFilter:
     return MetadataFilter(key=date_key, operator=FilterOperator.GTE, value=iso)
 
+
+SetKey = Union[int, str]
+"""A searched set: 0 every memory, j >= 1 tier j, a string the memories holding that term."""
 
 SearchPlan = Generator[MemorySearch, Sequence[NodeWithScore], RecencyRanking]
 """Yields searches, receives each one's results (best raw cosine first), returns the ranking."""
@@ -167,37 +181,44 @@ def exact_recency_search(
     reference: datetime,
     filters: Optional[MetadataFilters] = None,
     first_limit: int = FIRST_LIMIT,
+    lexical: Optional[LexicalQuery] = None,
 ) -> SearchPlan:
     """The searches that prove the top ``policy.top_n``; returns the policy's ranking of the window.
 
-    The ranking's rows are the seen memories with raw cosine >= threshold - weight (the
+    The ranking's rows are the seen memories with relevance >= threshold - weight (the
     only ones that can pass), ranked by :meth:`RecencyPolicy.rank` itself; its nodes are
-    exactly what the policy would keep over the whole store.
+    exactly what the policy would keep over the whole store. With ``lexical`` the results
+    it receives carry cosine plus ``policy.lexical_weight`` times their share
+    (:func:`~llama_index_recency.ranking.lexical.fused`).
 
     Raises:
         MemoryDateError: With ``on_missing_date='raise'``, a memory without a usable date
             could pass; raised by the first step, when the plan is run.
     """
     floor = candidate_floor(policy)
+    bounds = _Bounds(policy, lexical)
     if policy.on_missing_date == "raise":
         # A memory without a date anywhere in the window would make the policy raise.
         undated = yield MemorySearch(limit=1, filters=filters, undated_only=True)
         window_undated = [c for c in undated if (c.score or 0.0) >= floor]
         policy.rank(window_undated, reference)  # raises MemoryDateError naming it
-    tier_ages = [policy.tau_days * math.log(1 / share) for share in TIER_BONUS_FRACTIONS]
     seen: dict[str, NodeWithScore] = {}
     passing: list[float] = []  # finals >= threshold among the seen (the proof needs only these)
     limit = first_limit
     while True:
-        # kth[j]: the limit-th raw score of set j (0 = every memory, j = tier j), or -inf
-        # when the set came back short, i.e. every member of it has been seen.
-        kth: dict[int, float] = {}
+        # kth[set]: the limit-th cosine of the set, or -inf when the set came back short,
+        # i.e. every member of it has been seen.
+        kth: dict[SetKey, float] = {}
         while True:
-            target = _next_set(policy, tier_ages, kth, _goal(policy, passing))
+            target = bounds.next_set(kth, _goal(policy, passing))
             if target is None:
                 break  # no search at this limit can lower the bound enough: widen
-            since = None if target == 0 else _tier_start(reference, tier_ages[target - 1])
-            results = yield MemorySearch(limit=limit, filters=filters, since=since)
+            if isinstance(target, str):
+                search = MemorySearch(limit=limit, filters=filters, term=target)
+            else:
+                since = None if target == 0 else _tier_start(reference, bounds.ages[target - 1])
+                search = MemorySearch(limit=limit, filters=filters, since=since)
+            results = yield search
             for candidate in results:
                 if candidate.node.node_id not in seen:
                     seen[candidate.node.node_id] = candidate
@@ -206,10 +227,79 @@ def exact_recency_search(
                                                reference)
                     if final is not None and final >= policy.threshold:
                         passing.append(final)
-            kth[target] = (results[-1].score or 0.0) if len(results) >= limit else -math.inf
-            if _unseen_bound(policy, tier_ages, kth) < _goal(policy, passing):
+            kth[target] = bounds.cosine(results[-1]) if len(results) >= limit else -math.inf
+            if bounds.unseen(kth) < _goal(policy, passing):
                 return _rank_window(policy, reference, seen.values(), floor)
         limit *= 4
+
+
+class _Bounds:
+    """The highest final score a memory no search returned can have, per age bracket and
+    set of question terms held, and the search that lowers the highest one."""
+
+    def __init__(self, policy: RecencyPolicy, lexical: Optional[LexicalQuery]) -> None:
+        self.policy = policy
+        self.ages = [policy.tau_days * math.log(1 / share) for share in TIER_BONUS_FRACTIONS]
+        self.lexical = lexical if lexical is not None and policy.lexical_weight > 0 else None
+        self.weight = policy.lexical_weight if self.lexical is not None else 0.0
+        self.terms = sorted(self.lexical.held) if self.lexical is not None else []
+
+    def cosine(self, result: NodeWithScore) -> float:
+        """A result's cosine (its relevance less its lexical part)."""
+        score = result.score or 0.0
+        if self.lexical is None:
+            return score
+        return score - self.weight * self.lexical.share_of(result.node)
+
+    def terms_bounds(self, kth: dict[SetKey, float]) -> list[tuple[float, int, tuple[str, ...]]]:
+        """(bound, bracket, terms held) for every bracket and every set of terms worth
+        checking: those whose searches' limit-th cosines are the highest (unsearched first)."""
+        order = sorted(self.terms, key=lambda t: -kth.get(t, math.inf))
+        bounds: list[tuple[float, int, tuple[str, ...]]] = []
+        for bracket, (cosine, bonus) in enumerate(self._brackets(kth)):
+            bounds.append((cosine + bonus, bracket, ()))
+            for m, term in enumerate(order, start=1):
+                held = tuple(order[:m])
+                cap = min(cosine, kth.get(term, math.inf))
+                assert self.lexical is not None
+                bounds.append((cap + bonus + self.weight * self.lexical.share(held),
+                               bracket, held))
+        return bounds
+
+    def unseen(self, kth: dict[SetKey, float]) -> float:
+        return max(bound for bound, _, _ in self.terms_bounds(kth)) + SCORE_SLACK
+
+    def next_set(self, kth: dict[SetKey, float], goal: float) -> Optional[SetKey]:
+        """Every memory first; then, for the highest bound still reaching ``goal``, a term
+        it holds whose set is not searched yet, else its bracket's tier. None: no search at
+        this limit can help, only a larger limit."""
+        if 0 not in kth:
+            return 0
+        reaching = [b for b in self.terms_bounds(kth) if b[0] + SCORE_SLACK >= goal]
+        for _, bracket, held in sorted(reaching, key=lambda b: -b[0]):
+            unsearched = [term for term in held if term not in kth]
+            if unsearched:
+                return unsearched[0]
+            tier = bracket + 1  # the youngest tier covering the bracket (the oldest has none)
+            if tier <= len(self.ages) and tier not in kth:
+                return tier
+        return None
+
+    def _brackets(self, kth: dict[SetKey, float]) -> list[tuple[float, float]]:
+        """Per age bracket, the highest cosine and bonus an unseen memory in it could have.
+
+        Bracket b (0-based) holds ages in (A_(b-1), A_b], the last one every older or undated
+        memory. Its cosine is at most the limit-th cosine of every searched set that covers
+        it (every memory, and tiers b+1 and up); its bonus at most the bonus at A_(b-1).
+        """
+        brackets = []
+        for bracket in range(len(self.ages) + 1):
+            covering = [kth[0]] + [
+                kth[tier] for tier in range(bracket + 1, len(self.ages) + 1) if tier in kth
+            ]
+            youngest = 0.0 if bracket == 0 else self.ages[bracket - 1]
+            brackets.append((min(covering), self.policy.bonus(youngest)))
+        return brackets
 
 
 def candidate_floor(policy: RecencyPolicy) -> float:
@@ -224,46 +314,6 @@ def _tier_start(reference: datetime, age_days: float) -> datetime:
         return reference - timedelta(days=age_days) - _TIER_SLACK
     except OverflowError:
         return datetime.fromisoformat(EARLIEST_DATE)
-
-
-def _next_set(
-    policy: RecencyPolicy, tier_ages: list[float], kth: dict[int, float], goal: float
-) -> Optional[int]:
-    """The next search: every memory first; then the tier of the age bracket with the
-    largest bound among those that still reach ``goal`` and whose tier is not searched
-    yet. None: no search at this limit can help, only a larger limit."""
-    if 0 not in kth:
-        return 0
-    terms = _bracket_terms(policy, tier_ages, kth)
-    open_brackets = [b for b, term in enumerate(terms) if term + SCORE_SLACK >= goal]
-    for bracket in sorted(open_brackets, key=lambda b: -terms[b]):
-        tier = bracket + 1  # the youngest tier covering the bracket (the oldest has none)
-        if tier <= len(tier_ages) and tier not in kth:
-            return tier
-    return None
-
-
-def _bracket_terms(
-    policy: RecencyPolicy, tier_ages: list[float], kth: dict[int, float]
-) -> list[float]:
-    """Per age bracket, the highest final score an unseen memory in it could have.
-
-    Bracket b (0-based) holds ages in (A_(b-1), A_b], the last one every older or undated
-    memory. Its raw cosine is at most the limit-th raw score of every searched set that
-    covers it (every memory, and tiers b+1 and up); its bonus at most the bonus at A_(b-1).
-    """
-    terms = []
-    for bracket in range(len(tier_ages) + 1):
-        covering = [kth[0]] + [
-            kth[tier] for tier in range(bracket + 1, len(tier_ages) + 1) if tier in kth
-        ]
-        youngest = 0.0 if bracket == 0 else tier_ages[bracket - 1]
-        terms.append(min(covering) + policy.bonus(youngest))
-    return terms
-
-
-def _unseen_bound(policy: RecencyPolicy, tier_ages: list[float], kth: dict[int, float]) -> float:
-    return max(_bracket_terms(policy, tier_ages, kth)) + SCORE_SLACK
 
 
 def _goal(policy: RecencyPolicy, passing: list[float]) -> float:

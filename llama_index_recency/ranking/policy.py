@@ -91,6 +91,16 @@ class RecencyPolicy(OneLineValidation, BaseModel):
         description="Lowest post-bonus score that may enter the prompt.",
     )
     top_n: int = Field(default=3, ge=1, description="Most memories kept for the prompt.")
+    lexical_weight: float = Field(
+        default=0.0,
+        ge=0.0,
+        allow_inf_nan=False,
+        description=(
+            "Relevance added for a memory holding every term of the question, in proportion "
+            "to the share of the question's term weight it holds (0: cosine alone; "
+            ":mod:`llama_index_recency.ranking.lexical`)."
+        ),
+    )
     present_weight: Optional[float] = Field(
         default=None,
         ge=0.0,

@@ -23,12 +23,14 @@ from llama_index_recency.storage.edge import (
 )
 from llama_index_recency.storage.engine import (
     arun_search,
+    aterm_counts,
     has_async_client,
     is_local,
     payload_indexes,
     run_search,
     stored_vectors,
     sync_client,
+    term_counts,
 )
 from llama_index_recency.storage.filters import (
     memory_scope,
@@ -79,11 +81,13 @@ from llama_index_recency.storage.store import (
     open_memory_index,
     open_memory_store,
 )
+from llama_index_recency.storage.terms import fill_terms, write_terms
 
 __all__ = [
     "aget_memories",
     "amemory_history",
     "arun_search",
+    "aterm_counts",
     "check_collection_name",
     "check_memory_store",
     "close_memory_index",
@@ -97,6 +101,7 @@ __all__ = [
     "embedding_identity",
     "EMBEDDING_METADATA_KEY",
     "embedding_of",
+    "fill_terms",
     "forgotten_at",
     "FORGOTTEN_METADATA_KEY",
     "GATE_METADATA_KEY",
@@ -131,7 +136,9 @@ __all__ = [
     "save_policy",
     "stored_vectors",
     "sync_client",
+    "term_counts",
     "to_edge_filter",
     "to_qdrant_filter",
     "vector_store_of",
+    "write_terms",
 ]

@@ -355,6 +355,18 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         self._require_open()
         self._upsert([(point_id(id_), vector, payload) for id_, vector, payload in points])
 
+    def set_payloads(self, payloads: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        """Set the given fields of each point's payload, ``(id, fields)``, keeping the rest."""
+        shard = self._require_open()
+        for start in range(0, len(payloads), BATCH):
+            chunk = payloads[start : start + BATCH]
+            self._before_write(write_needs([(i, [], p) for i, p in chunk]),
+                               f"to update {len(chunk)} payloads")
+            with self._edge_calls():
+                for identifier, fields in chunk:
+                    assert shard is not None
+                    shard.update(edge.UpdateOperation.set_payload([identifier], fields))
+
     # -- collection metadata, persistence ----------------------------------------------------
 
     @property

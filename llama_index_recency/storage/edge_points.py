@@ -18,6 +18,7 @@ from llama_index.core.vector_stores.utils import (
 from pydantic_core import PydanticSerializationError
 
 from llama_index_recency.errors import InvalidInputError
+from llama_index_recency.ranking.lexical import TERMS_KEY, stored_terms
 from llama_index_recency.storage.filters import to_edge_filter
 
 DOCUMENT_ID_KEY = "doc_id"
@@ -45,7 +46,7 @@ def point_id(node_id: str) -> str:
 
 def node_point(node: BaseNode, *, flat_metadata: bool) -> tuple[str, list[float], dict[str, Any]]:
     """``node`` as an Edge point ``(id, vector, payload)``, its payload as ``QdrantVectorStore``
-    writes it.
+    writes it, with the node's terms (:data:`~llama_index_recency.ranking.lexical.TERMS_KEY`).
 
     Raises:
         InvalidInputError: The node's id is not a UUID, it has no embedding, or its metadata
@@ -61,6 +62,7 @@ def node_point(node: BaseNode, *, flat_metadata: bool) -> tuple[str, list[float]
         raise InvalidInputError(
             f"node {node.node_id} has metadata that is not JSON: {error}"
         ) from None
+    payload[TERMS_KEY] = stored_terms(node.get_content())
     return identifier, node.embedding, payload
 
 

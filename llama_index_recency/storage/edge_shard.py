@@ -15,6 +15,7 @@ from typing import Any, Optional
 import qdrant_edge as edge
 
 from llama_index_recency.errors import InvalidInputError
+from llama_index_recency.ranking.lexical import TERMS_KEY
 from llama_index_recency.records.nodes import SUPERSEDES_KEY, USER_ID_KEY
 from llama_index_recency.storage.edge_files import (
     COPY_PREFIX,
@@ -109,8 +110,9 @@ def replays(metadata: dict[str, Any]) -> bool:
 
 def ensure_indexes(shard: edge.EdgeShard, path: str, loaded_from: str, date_key: Optional[str],
                    *, new: bool) -> None:
-    """A datetime index on the date key and keyword indexes on doc_id, user_id and
-    supersedes (the successor search runs on every retrieval: it must not scan).
+    """A datetime index on the date key and keyword indexes on doc_id, user_id, supersedes
+    and the memories' terms (the successor and term searches run on every retrieval: they
+    must not scan).
 
     A store without one of them on a disk too full to add it opens
     without it (searches are the same, only slower; logged once): what a user needs on
@@ -121,7 +123,8 @@ def ensure_indexes(shard: edge.EdgeShard, path: str, loaded_from: str, date_key:
     """
     wanted = {DOCUMENT_ID_KEY: edge.PayloadSchemaType.Keyword,
               USER_ID_KEY: edge.PayloadSchemaType.Keyword,
-              SUPERSEDES_KEY: edge.PayloadSchemaType.Keyword}
+              SUPERSEDES_KEY: edge.PayloadSchemaType.Keyword,
+              TERMS_KEY: edge.PayloadSchemaType.Keyword}
     if date_key is not None:
         wanted[date_key] = edge.PayloadSchemaType.Datetime
     existing = shard.info().payload_schema

@@ -9,6 +9,7 @@ from typing import Any, Optional, cast
 from llama_index.core.schema import NodeWithScore
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
+    MetadataFilters,
     VectorStoreQuery,
     VectorStoreQueryResult,
 )
@@ -17,10 +18,12 @@ from qdrant_client import models
 
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.models.cohort import QueryScale
+from llama_index_recency.ranking.lexical import TERMS_KEY
 from llama_index_recency.ranking.plan import MemorySearch
 from llama_index_recency.records.nodes import SUPERSEDES_KEY, USER_ID_KEY
 from llama_index_recency.storage.edge import QdrantEdgeVectorStore
 from llama_index_recency.storage.edge_points import point_id
+from llama_index_recency.storage.filters import to_qdrant_filter
 from llama_index_recency.storage.store import qdrant_selection
 
 
@@ -45,6 +48,40 @@ async def arun_search(store: BasePydanticVectorStore, search: MemorySearch,
         stored = await store.aget_nodes(node_ids=missing)  # an async client may be the only one
         _attach_vectors(results, {node.node_id: node.embedding for node in stored})
     return results
+
+
+def term_counts(store: BasePydanticVectorStore, question_terms: Sequence[str],
+                filters: Optional[MetadataFilters]) -> tuple[int, dict[str, int]]:
+    """How many memories inside ``filters`` there are, and how many hold each term."""
+    scoped = [(None, _with_term(filters, None))] + [
+        (term, _with_term(filters, term)) for term in question_terms]
+    if isinstance(store, QdrantEdgeVectorStore):
+        counts = [store.count(selection) for _, selection in scoped]
+    else:
+        assert isinstance(store, QdrantVectorStore)
+        client = sync_client(store)
+        counts = [client.count(store.collection_name, count_filter=_qdrant(selection),
+                               exact=True).count for _, selection in scoped]
+    return counts[0], dict(zip(question_terms, counts[1:], strict=True))
+
+
+async def aterm_counts(store: QdrantVectorStore, question_terms: Sequence[str],
+                       filters: Optional[MetadataFilters]) -> tuple[int, dict[str, int]]:
+    """Async :func:`term_counts` (a store with an async Qdrant client)."""
+    client = store._aclient
+    counts = [(await client.count(store.collection_name,
+                                  count_filter=_qdrant(_with_term(filters, term)),
+                                  exact=True)).count
+              for term in (None, *question_terms)]
+    return counts[0], dict(zip(question_terms, counts[1:], strict=True))
+
+
+def _with_term(filters: Optional[MetadataFilters], term: Optional[str]) -> Optional[MetadataFilters]:
+    return MemorySearch(limit=1, filters=filters, term=term).metadata_filters("")
+
+
+def _qdrant(filters: Optional[MetadataFilters]) -> Optional[models.Filter]:
+    return None if filters is None else to_qdrant_filter(filters)
 
 
 def stored_vectors(store: BasePydanticVectorStore, ids: Sequence[str]) -> dict[str, list[float]]:
@@ -85,12 +122,13 @@ def engine_query(
 
 
 def payload_indexes(date_key: str) -> list[tuple[str, Any]]:
-    """On a server: a datetime index for the tier searches, a tenant index for users, a
-    keyword index for the successor searches."""
+    """On a server: a datetime index for the tier searches, a tenant index for users,
+    keyword indexes for the successor searches and the term searches."""
     return [
         (date_key, models.PayloadSchemaType.DATETIME),
         (USER_ID_KEY, models.KeywordIndexParams(type="keyword", is_tenant=True)),
         (SUPERSEDES_KEY, models.PayloadSchemaType.KEYWORD),
+        (TERMS_KEY, models.PayloadSchemaType.KEYWORD),
     ]
 
 

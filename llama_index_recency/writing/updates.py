@@ -45,6 +45,7 @@ from llama_index_recency.records.nodes import (
 from llama_index_recency.storage import (
     MemoryStore,
     Outbox,
+    QdrantEdgeVectorStore,
     collection_metadata,
     delete_memories,
     embedding_of,
@@ -55,6 +56,7 @@ from llama_index_recency.storage import (
     outbox_path,
     save_forgotten,
     vector_store_of,
+    write_terms,
 )
 from llama_index_recency.twins import in_thread
 
@@ -274,6 +276,8 @@ def _store(index: VectorStoreIndex, nodes: Sequence[BaseNode], on_progress: Opti
     for start in range(0, len(nodes), WRITE_BATCH_SIZE):
         try:
             index.insert_nodes(list(nodes[start:start + WRITE_BATCH_SIZE]))
+            if not isinstance(store := vector_store_of(index), QdrantEdgeVectorStore):
+                write_terms(store, nodes[start:start + WRITE_BATCH_SIZE])  # LlamaIndex's: none
         except Exception as error:  # an interrupt stays an interrupt: never swallowed
             raise PartialWriteError(_count_stored(index, nodes, at_least=start), len(nodes),
                                     error_summary(error)) from error

@@ -1,0 +1,135 @@
+"""The lexical signal on real stores: every write path stores a memory's terms, a store
+without them is filled in, and the retriever keeps exactly what ranking every memory by
+cosine plus the lexical part keeps (Qdrant Edge and qdrant-client's local mode, e5)."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import numpy as np
+import pytest
+from llama_index.core.schema import QueryBundle
+from qdrant_client import QdrantClient, models
+
+from llama_index_recency import (
+    QdrantRecencyRetriever,
+    RecencyPolicy,
+    memory_node,
+    open_memory_index,
+)
+from llama_index_recency.ranking.lexical import (
+    TERMS_KEY,
+    LexicalQuery,
+    question_terms,
+    stored_terms,
+    terms,
+)
+from llama_index_recency.writing.updates import insert_memories
+
+TODAY = date(2026, 9, 10)
+FACTS = [
+    ("Taro adopted a shiba inu named Kuro.", date(2026, 3, 1)),
+    ("Taro has a dog and walks it every morning.", date(2026, 8, 1)),
+    ("Taro's sister Hanako moved to Sapporo.", date(2026, 5, 2)),
+    ("Taro started learning the cello.", date(2026, 7, 9)),
+    ("Taro drinks sweet café au lait lately.", date(2026, 9, 1)),
+    ("Taro's favourite ramen shop is Ichiran in Hakata.", date(2025, 12, 24)),
+    ("Taro plays tennis with his colleagues on Fridays.", date(2026, 6, 20)),
+    ("Taro's cat Mike sleeps on the keyboard.", date(2026, 8, 30)),
+]
+QUESTIONS = ["What is the name of my shiba inu?", "Where did Hanako move?",
+             "Which instrument am I learning?", "What is Kuro like?",
+             "How do I take my coffee?", "Tell me about Ichiran.", "Who is Mike?"]
+POLICY = RecencyPolicy(weight=0.0, threshold=-1e9, top_n=4, lexical_weight=0.3,
+                       reference_date=TODAY.isoformat())
+
+
+def replica(embed, question: str) -> list[str]:
+    """The top 4 by cosine + 0.3 x share over every memory, ranked by numpy."""
+    texts = [memory_node(fact, day).get_content() for fact, day in FACTS]
+    vectors = np.array(embed.get_text_embedding_batch(
+        [memory_node(fact, day).get_content(metadata_mode="embed") for fact, day in FACTS]))
+    held = [terms(text) for text in texts]
+    query = LexicalQuery.from_counts(len(FACTS), {
+        t: sum(t in h for h in held) for t in question_terms(question)})
+    relevance = vectors @ np.array(embed.get_query_embedding(question)) + 0.3 * np.array(
+        [query.share(h) for h in held])
+    return [texts[i] for i in np.argsort(-relevance)[:4]]
+
+
+def ranked(index, question: str) -> list[str]:
+    retriever = QdrantRecencyRetriever.from_index(index, POLICY)
+    return [n.node.get_content() for n in retriever.retrieve(QueryBundle(question))]
+
+
+def margin(embed, question: str) -> float:
+    """How far apart the replica's 4th and 5th relevance are (ties within noise are skipped)."""
+    texts = [memory_node(fact, day).get_content(metadata_mode="embed") for fact, day in FACTS]
+    vectors = np.array(embed.get_text_embedding_batch(texts))
+    held = [terms(t) for t in texts]
+    query = LexicalQuery.from_counts(len(FACTS), {
+        t: sum(t in h for h in held) for t in question_terms(question)})
+    scores = np.sort(vectors @ np.array(embed.get_query_embedding(question))
+                     + 0.3 * np.array([query.share(h) for h in held]))[::-1]
+    return float(min(scores[i] - scores[i + 1] for i in range(4)))
+
+
+@pytest.mark.parametrize("embed_name", ["e5", "e5_other_machine"])
+def test_edge_keeps_what_ranking_every_memory_with_its_terms_keeps(
+        embed_name, request, tmp_path) -> None:
+    embed = request.getfixturevalue(embed_name)
+    index = open_memory_index(embed, path=tmp_path / "store")
+    insert_memories(index, [memory_node(fact, day) for fact, day in FACTS])
+    checked = [q for q in QUESTIONS if margin(embed, q) > 1e-3]
+    assert len(checked) >= 4
+    for question in checked:
+        assert ranked(index, question) == replica(embed, question), question
+
+
+def test_a_rare_name_the_question_repeats_brings_its_memory_first(e5, tmp_path) -> None:
+    index = open_memory_index(e5, path=tmp_path / "store")
+    insert_memories(index, [memory_node(fact, day) for fact, day in FACTS])
+    assert "Kuro" in ranked(index, "What is Kuro like?")[0]
+
+
+def test_plain_insert_nodes_into_local_mode_are_filled_in_and_ranked_alike(e5) -> None:
+    client = QdrantClient(location=":memory:")
+    index = open_memory_index(e5, client=client)
+    index.insert_nodes([memory_node(fact, day) for fact, day in FACTS])  # no terms written
+    records, _ = client.scroll(index.vector_store.collection_name, limit=100, with_payload=True)
+    assert not any(TERMS_KEY in (r.payload or {}) for r in records)
+    checked = [q for q in QUESTIONS if margin(e5, q) > 1e-3]
+    assert len(checked) >= 4
+    for question in checked:
+        assert ranked(index, question) == replica(e5, question), question
+    records, _ = client.scroll(index.vector_store.collection_name, limit=100, with_payload=True)
+    by_text = {memory_node(fact, day).get_content(): fact for fact, day in FACTS}
+    assert sorted(r.payload[TERMS_KEY] for r in records) == sorted(
+        stored_terms(text) for text in by_text)
+
+
+def test_insert_memories_into_local_mode_writes_the_terms(e5) -> None:
+    client = QdrantClient(location=":memory:")
+    index = open_memory_index(e5, client=client)
+    insert_memories(index, [memory_node(fact, day) for fact, day in FACTS])
+    lacking = client.count(index.vector_store.collection_name, count_filter=models.Filter(
+        must=[models.IsEmptyCondition(is_empty=models.PayloadField(key=TERMS_KEY))])).count
+    assert lacking == 0
+
+
+def test_an_edge_store_without_terms_is_filled_in_when_the_signal_is_on(e5, tmp_path) -> None:
+    index = open_memory_index(e5, path=tmp_path / "store")
+    insert_memories(index, [memory_node(fact, day) for fact, day in FACTS])
+    store = index.vector_store
+    import qdrant_edge as edge
+
+    ids = [str(p.id) for p in store.client.scroll(edge.ScrollRequest(limit=100))[0]]
+    store.client.update(edge.UpdateOperation.delete_payload(ids, [TERMS_KEY]))
+    assert store.count() == len(FACTS)
+    lacking = store.client.count(edge.CountRequest(
+        exact=True, filter=edge.Filter(must=[edge.IsEmptyCondition(TERMS_KEY)])))
+    assert lacking == len(FACTS)
+    assert "Kuro" in ranked(index, "What is Kuro like?")[0]
+    lacking = store.client.count(edge.CountRequest(
+        exact=True, filter=edge.Filter(must=[edge.IsEmptyCondition(TERMS_KEY)])))
+    assert lacking == 0
