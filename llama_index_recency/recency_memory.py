@@ -36,13 +36,7 @@ from llama_index_recency.querying.gate import (
 )
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.ranked import RecencyRanking
-from llama_index_recency.records.given import (
-    as_memory_node,
-    as_turn,
-    check_limit,
-    check_question,
-    memory_items,
-)
+from llama_index_recency.records.given import Message, as_turn, check_limit, check_question, to_add
 from llama_index_recency.storage import (
     close_memory_index,
     get_memories,
@@ -62,12 +56,11 @@ from llama_index_recency.writing.updates import (
     insert_memories,
     update_memory,
 )
-from llama_index_recency.writing.writer import Turn, remember
+from llama_index_recency.writing.writer import Turn, extract_memories, remember
 
 MemoryDate = date | datetime | str
 Fact = tuple[str, MemoryDate]
 """A fact to store and its date: ``("The user has switched to green tea.", "2026-09-09")``."""
-
 
 
 class RecencyMemory:
@@ -151,43 +144,52 @@ class RecencyMemory:
 
     def add(
         self,
-        memories: str | Fact | BaseNode | Iterable[str | Fact | BaseNode],
+        data: str | Fact | BaseNode | Message | Iterable[str | Fact | BaseNode | Message],
         *,
         date: Optional[MemoryDate] = None,
         user_id: Optional[str] = None,
         metadata: Optional[dict[str, Any]] = None,
         on_progress: Optional[Progress] = None,
     ) -> StoredMemories:
-        """Store memories: facts, facts with their dates, or nodes made with :func:`memory_node`.
+        """Store memories: facts, facts with their dates, nodes made with :func:`memory_node`,
+        or the facts the LLM finds in chat messages.
 
         Args:
-            memories: One fact (``"The user drinks tea."``), one ``(fact, date)`` pair, one
-                node, or a list of them. Facts become memories of this object's user and user
-                name; nodes are stored as given.
-            date: The date of the facts given without one (default: today).
-            user_id: Whose memories these are (default: this object's user); a node must be
-                of this user.
-            metadata: More metadata for the facts (not the nodes).
-            on_progress: Called with ``(phase, done, total)`` as batches are embedded and
-                stored.
+            data: One fact (``"The user drinks tea."``), one ``(fact, date)`` pair, one node,
+                or a list of them: facts become memories of this object's user and user name,
+                nodes are stored as given. Or chat messages (``{"role": "user", "content":
+                "..."}``, ``ChatMessage`` or :class:`Turn`; one or a list): the writer extracts
+                the facts with this object's LLM, as :meth:`remember` does (system, tool and
+                empty messages are left out).
+            date: The facts' date when not given with them, or the conversation's (default today).
+            user_id: Whose memories (default: this object's user); a node must be theirs.
+            metadata: More metadata for the facts, given or extracted (not the nodes).
+            on_progress: Called with ``(phase, done, total)`` as batches are embedded and stored.
 
         Returns:
             What was stored, by memory id: new, changed (with the metadata they had) and
-            unchanged (already stored as given: storing twice writes nothing).
+            unchanged (already stored as given: storing twice writes nothing); for messages,
+            the facts extracted (the same conversation again: unchanged).
 
         Raises:
             InvalidInputError: A fact that is empty, too long or not one line of text; a date
                 that cannot be read; one memory given twice; other text or another user
                 under a stored memory's id; a node superseding another user's memory; a
                 ``user_id`` other than this object's, or a node of another user than the one
-                written for.
-            FutureMemoryDateError: A fact dated after tomorrow.
+                written for; chat messages on an object without an LLM, mixed with memories,
+                with a role or content no message has, or a ``metadata`` key the writer sets.
+            FutureMemoryDateError: A fact (or conversation) dated after tomorrow.
+            RetryableWriteError: The LLM call failed (messages); nothing was stored.
+            FinalWriteError: The LLM answered but no valid fact came of it (messages).
             PartialWriteError: A batch failed; it says how many memories were stored.
         """
         user = self._user(user_id)
-        nodes = [as_memory_node(memory, date or datetime.now().date(), user, self.user_name, metadata)
-                 for memory in memory_items(memories)]
-        stored = insert_memories(self.index, nodes, on_progress=on_progress)
+        given = to_add(data, date, user, self.user_name, metadata, has_llm=self.llm is not None)
+        nodes = given.nodes if given.turns is None else given.with_metadata(extract_memories(
+            given.turns, self._llm(None), memory_date=date, user_name=self.user_name,
+            user_id=user, index=self.index))
+        stored = insert_memories(self.index, nodes, on_progress=on_progress,
+                                 said_at=given.said_at)
         refit_after_write(self.index, min_memories=self.min_fit_memories)
         return stored
 
@@ -468,7 +470,6 @@ class RecencyMemory:
                  traceback: Optional[TracebackType]) -> None:
         self.close()
 
-
     aadd = in_thread(add)
     aupdate = in_thread(update)
     aforget = in_thread(forget)
@@ -480,7 +481,6 @@ class RecencyMemory:
     ahistory = in_thread(history)
     aexport = in_thread(export)
     acalibrate = in_thread(calibrate)
-
 
     def _llm(self, llm: Optional[LLM]) -> LLM:
         chosen = llm or self.llm

@@ -3,10 +3,11 @@
 A page is self-contained: its Python blocks run in order in one fresh namespace, in a
 temporary directory of its own. Its bash blocks run line by line, in order: CLI lines
 through main(), ``make TARGET`` lines are checked against the Makefile (they are what CI
-itself runs), any other line runs in bash. A JSON block is the memory file the page's CLI
-lines name (taro.json), a JSON Lines block is what its ``list --json`` line prints, and a
-text block starting with ``$ llama-index-recency ...`` is (an excerpt of) what that command
-prints. A block of any other language fails the page.
+itself runs), any other line, and a CLI line piped into another command, runs in bash. A
+JSON block is the memory file the page's CLI lines name (taro.json), a JSON Lines block holds
+the objects its ``list --json`` line prints (as one JSON list), and a text block starting
+with ``$ llama-index-recency ...`` is (an excerpt of) what that command prints. A block of
+any other language fails the page.
 
 Everything runs offline, with the default store under the temporary directory and the LLM
 endpoint (RECENCY_LLM_BASE_URL) pointed at the vLLM-like loopback server.
@@ -15,9 +16,11 @@ endpoint (RECENCY_LLM_BASE_URL) pointed at the vLLM-like loopback server.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -34,9 +37,12 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\S*)\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 RUN = {"python", "bash", "json", "jsonl", "text"}  # the languages a test below runs
 CLI = ("llama-index-recency ", "python -m llama_index_recency ")
+PATH = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+"""The shell's PATH: this interpreter's directory first (its python, llama-index-recency)."""
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 NUMBER = re.compile(r"\d+\.\d+")
 ANSWER = "Lately you take it as a sweet café au lait!"
+WRITES = ("remember", '.add([{"role"')  # the calls that send a conversation to the writer
 EXTRACTION = ToolCall("record_memories", {"memories": [
     {"turn": 1, "kind": "habit_change", "fact": "The user has switched to green tea.",
      "updates": []}]})
@@ -138,7 +144,7 @@ def test_python_snippets_run_in_order(page: Path, docs_env: OpenAIServer) -> Non
     for number, code in enumerate(codes, start=1):
         # An agent's turn gets a text answer; a writer's request gets a record_memories call.
         docs_env.replies = [ANSWER] if "FunctionAgent" in code else []
-        docs_env.reply = EXTRACTION if "remember" in code else ANSWER
+        docs_env.reply = EXTRACTION if any(call in code for call in WRITES) else ANSWER
         where = f"{name(page)} python block {number}"
         try:
             exec(compile(code, where, "exec"), namespace)
@@ -169,8 +175,9 @@ def test_shell_lines_run(page: Path, docs_env: OpenAIServer,
         if argv[0] == "make":
             assert argv[1:] and set(argv[1:]) <= set(targets), f"{line!r}: no such target"
             continue
-        if not line.startswith(CLI):
-            done = subprocess.run(["bash", "-c", line], capture_output=True, text=True)
+        if not line.startswith(CLI) or " | " in line:  # a pipe: the installed command's
+            done = subprocess.run(["bash", "-o", "pipefail", "-c", line], capture_output=True,
+                                  text=True, env={**os.environ, "PATH": PATH})
             assert done.returncode == 0, f"{line!r} exited {done.returncode}: {done.stderr}"
             continue
         docs_env.reply = EXTRACTION if " remember " in line else "Trains, right?"
@@ -178,8 +185,9 @@ def test_shell_lines_run(page: Path, docs_env: OpenAIServer,
         code = main(argv)
         out = capsys.readouterr()
         assert code == 0, f"{line!r} exited {code}: {out.err.strip()}"
-        if argv[:2] == ["list", "--json"]:
-            assert out.out == blocks(page, "jsonl")[0], "the JSON Lines are what it prints"
+        if argv[:2] == ["list", "--json"]:  # one JSON list of the JSON Lines block's objects
+            shown = [json.loads(line) for line in blocks(page, "jsonl")[0].splitlines()]
+            assert json.loads(out.out) == shown, "the JSON Lines are the objects it prints"
 
 
 def same_but_noise(shown: str, printed: str) -> bool:

@@ -59,8 +59,9 @@ def assert_every_read_works(store: str, embed: KnownCosineEmbedding, tmp_path: P
     assert f"{count} memories in {store}" in out
     code, out, err = run_in_child(["list", "--json", "--store", store])
     assert (code, err) == (0, ""), err
-    first = json.loads(out.splitlines()[0])
-    assert len(out.splitlines()) == count
+    listed = json.loads(out)
+    first = listed[0]
+    assert len(listed) == count
     exported = tmp_path / "export.jsonl"
     code, out, err = run_in_child(["export", str(exported), "--store", store])
     assert (code, err) == (0, ""), err

@@ -198,7 +198,7 @@ def test_add_takes_one_fact_a_pair_a_node_or_a_list_of_them(memory) -> None:
     (lambda m: m.add([(None, "2026-09-01")]), "add takes facts, (fact, date) pairs or memory "
                                                "nodes, got (None, '2026-09-01')"),
     (lambda m: m.add(42), "add takes facts, (fact, date) pairs or memory nodes, got 42"),
-    (lambda m: m.add({"role": "user", "content": "hi"}), "a conversation goes to remember()"),
+    (lambda m: m.add({"role": "user", "content": "hi"}), "chat messages need an LLM"),
     (lambda m: m.search(""), "the question is blank: ''"),
     (lambda m: m.search(None), "the question must be text, got None"),
     (lambda m: m.search("caf\ud800"), "the question holds a lone surrogate"),

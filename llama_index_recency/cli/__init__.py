@@ -18,10 +18,12 @@ is public):
   to its function.
 - ``commands``: demo, add, ask, remember, list, forget and migrate, and the ranking and
   LLM steps they share.
-- ``backup``: export, import, history and ``list --json``.
+- ``backup``: export, import, history, and the JSON that ``list``, ``history`` and ``export``
+  print with ``--json`` (one document on stdout, never JSON Lines).
 - ``calibrate``: calibrate, and calibrate's gate fit for a store without labels.
 - ``inputs``: reading and checking memory, transcript and questions files.
-- ``rendering``: everything printed: rich tables and lines, :func:`literal`.
+- ``rendering``: everything printed: rich tables and lines, :func:`literal`, ``ask --json``'s
+  document, and stdout's console (piped, it wraps nothing).
 - ``session``: :class:`Session` (consoles, embedding model, timings, storing through
   ``insert_memories``), :class:`Location`, the errors and :func:`describe`.
 - ``progress``: a write's progress: a bar on a terminal, plain lines on stderr otherwise.
@@ -39,7 +41,7 @@ from rich.console import Console
 from rich.text import Text
 
 from llama_index_recency.cli.parser import build_parser, checked_argv
-from llama_index_recency.cli.rendering import literal
+from llama_index_recency.cli.rendering import literal, stdout_console
 from llama_index_recency.cli.session import DEBUG_ENV, Session, describe
 
 
@@ -50,7 +52,8 @@ def main(argv: Sequence[str] | None = None, *, embed_model: BaseEmbedding | None
     reuse one loaded model this way). Any failure is one line on stderr and a non-zero
     exit; set ``RECENCY_DEBUG=1`` to see the traceback of an unexpected one.
     """
-    session = Session(Console(), Console(stderr=True, soft_wrap=True), embed_model)
+    # Piped, stdout wraps nothing (rendering.stdout_console); errors are one line anyway.
+    session = Session(stdout_console(), Console(stderr=True, soft_wrap=True), embed_model)
     # qdrant-client's version check (in a thread) warns about a server that does not answer;
     # the error line names it already.
     warnings.filterwarnings("ignore", message="Failed to obtain server version")

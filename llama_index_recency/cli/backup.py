@@ -1,16 +1,22 @@
-"""The subcommands export, import and history, and ``list --json``: backing up, restoring and
-inspecting a store's memories (the JSON Lines of :mod:`llama_index_recency.writing.backup`)."""
+"""The subcommands export, import and history, and ``--json`` output: backing up, restoring and
+inspecting a store's memories (the JSON Lines of :mod:`llama_index_recency.writing.backup`; a
+memory in ``list --json`` and ``history --json`` is an object of those lines)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from llama_index.core.schema import BaseNode
 
 from llama_index_recency.cli.rendering import literal, memory_table, summary
 from llama_index_recency.cli.session import CommandError, Location, Session, default_store_path
 from llama_index_recency.errors import MemoryNotFoundError
+from llama_index_recency.records.nodes import USER_ID_KEY
 from llama_index_recency.storage import (
     MemoryStore,
     close_memory_index,
@@ -60,6 +66,12 @@ def run_export(args: argparse.Namespace, session: Session) -> int:
         count = write_memory_file(args.path, lines)
     except OSError as error:
         raise CommandError(f"cannot write {args.path}: {error.strerror or error}", 1) from None
+    if args.json:
+        users = {json.loads(line)["user_id"] for line in lines}
+        print_json(session, {"path": str(args.path), "store": str(location), "count": count,
+                             "users": sorted(users - {None}) + [None] * (None in users),
+                             "with_embeddings": args.with_embeddings})
+        return 0
     vectors = " with their embeddings" if args.with_embeddings else ""
     session.console.print(literal(f"exported {_memories(count)}{_whose(args.user)}{vectors} "
                                   f"from {location} to {args.path}"))
@@ -112,33 +124,51 @@ def run_import(args: argparse.Namespace, session: Session) -> int:
 
 
 def run_history(args: argparse.Namespace, session: Session) -> int:
-    """Every version of one memory's fact, oldest first; needs no model.
+    """Every version of one memory's fact, oldest first (``--json``: as ``list --json`` shows
+    a memory); needs no model.
 
     Raises:
-        CommandError: No such memory (of ``--user``), or ``--store`` and ``--url`` both given.
+        CommandError: No such memory (of ``--user``), ``--store`` and ``--url`` both given,
+            or (``--json``) a memory of its user that cannot be exported.
         MemoryStoreNotFoundError: No store at the location.
     """
     location = Location.of(args, default_store_path())
     store = location.open_existing()
     try:
         versions = memory_history(store, args.id, user_id=args.user)
+        records = _records_of(store, versions) if args.json else None
     except MemoryNotFoundError:
         raise CommandError(f"no memory {args.id}{_whose(args.user)} in {location}", 1) from None
     finally:
         close_memory_index(store)
+    if records is not None:
+        print_json(session, records)
+        return 0
     title = f"{len(versions)} version{'' if len(versions) == 1 else 's'} of memory {args.id}"
     session.console.print(memory_table(f"{title}, oldest first", versions, ordered=True))
     return 0
 
 
-def print_json_lines(session: Session, store: MemoryStore, user: str | None) -> int:
-    """``list --json``: the export's lines (no embeddings) on stdout, as they are.
+def memory_records(store: MemoryStore, user: str | None) -> list[dict[str, Any]]:
+    """``list --json``: the objects of the export's lines (no embeddings), newest first.
 
     Raises:
         CommandError: A memory that cannot be exported (no readable date, say).
     """
-    write_raw(session, _lines(store, user, with_embeddings=False))
-    return 0
+    return [json.loads(line) for line in _lines(store, user, with_embeddings=False)]
+
+
+def _records_of(store: MemoryStore, versions: Sequence[BaseNode]) -> list[dict[str, Any]]:
+    """``versions`` (of one user, from :func:`memory_history`) as :func:`memory_records` has
+    them, in their order."""
+    by_id = {record["id"]: record
+             for record in memory_records(store, versions[0].metadata.get(USER_ID_KEY))}
+    return [by_id[node.node_id] for node in versions]
+
+
+def print_json(session: Session, document: object) -> None:
+    """``document`` on stdout as one JSON document (UTF-8, indented), without rich."""
+    write_raw(session, [json.dumps(document, ensure_ascii=False, indent=2, allow_nan=False)])
 
 
 def write_raw(session: Session, lines: Iterable[str]) -> None:

@@ -25,7 +25,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from llama_index_recency.cli.backup import print_json_lines
+from llama_index_recency.cli.backup import memory_records, print_json
 from llama_index_recency.cli.inputs import (
     check_file_links,
     file_memories,
@@ -35,12 +35,14 @@ from llama_index_recency.cli.inputs import (
     transcript,
 )
 from llama_index_recency.cli.rendering import (
+    ask_document,
     literal,
     llm_line,
     memory_table,
     policy_line,
     ranking_table,
     summary,
+    wraps,
 )
 from llama_index_recency.cli.session import (
     LLM_RETRIES,
@@ -140,18 +142,28 @@ def _rank(session: Session, index: VectorStoreIndex, question: str,
         return postprocessor.explain(candidates, bundle)
 
 
+def _replies(session: Session, llm: LLM, question: str, ranking: RecencyRanking, today: str,
+             compare: bool, console: Console) -> tuple[str, str | None]:
+    """Ask the LLM in B format (and, for ``compare``, with no memory: else None), a spinner on
+    ``console`` meanwhile."""
+    with session.timings.stage("chat, B format"), _waiting(console, "B format"):
+        reply = _chat(llm, question, ranking.nodes, today)
+    if not compare:
+        return reply, None
+    with session.timings.stage("chat, OFF (no memory)"), _waiting(console, "no memory"):
+        return reply, _chat(llm, question, (), today)
+
+
 def _reply(session: Session, llm: LLM, question: str, ranking: RecencyRanking,
            today: str, compare: bool) -> Table:
-    """Ask the LLM in B format (and with no memory for ``compare``); the replies as a table."""
-    with session.timings.stage("chat, B format"), _waiting(session.console, "B format"):
-        reply = _chat(llm, question, ranking.nodes, today)
-    replies = Table(show_header=True, expand=True)
-    if not compare:
+    """Ask the LLM in B format (and with no memory for ``compare``); the replies as a table
+    (filling the width of a terminal; piped, each reply on one line)."""
+    reply, without = _replies(session, llm, question, ranking, today, compare, session.console)
+    replies = Table(show_header=True, expand=wraps(session.console))
+    if without is None:
         replies.add_column("Reply (B format)")
         replies.add_row(literal(reply))
         return replies
-    with session.timings.stage("chat, OFF (no memory)"), _waiting(session.console, "no memory"):
-        without = _chat(llm, question, (), today)
     replies.add_column("OFF (no memory)", ratio=1)
     replies.add_column("B format", ratio=1)
     replies.add_row(literal(without), literal(reply))
@@ -314,37 +326,45 @@ def run_remember(args: argparse.Namespace, session: Session) -> int:
 
 
 def run_ask(args: argparse.Namespace, session: Session) -> int:
-    """Rank the store's memories for one question, then (optionally) ask the LLM.
+    """Rank the store's memories for one question, then (optionally) ask the LLM; ``--json``:
+    all of it as one JSON document (:func:`ask_document`), printed once the LLM answered.
 
     Raises:
         CommandError: No memories stored, a ranking option the policy refuses, an LLM
             endpoint that is not an http(s) URL, ``--store`` and ``--url`` both given, or a
             model that cannot be loaded.
         MemoryStoreNotFoundError: No store at the location (nothing is created).
-        LLMError: The LLM call failed; the ranking is printed first.
+        LLMError: The LLM call failed; the ranking is printed first (not with ``--json``).
     """
     explicit = ranking_options(args)
     llm = _llm(args)
-    session.console.print(llm_line(llm))
+    show = (lambda *_: None) if args.json else session.console.print
+    show(llm_line(llm))
     location = Location.of(args, default_store_path())
     with session.store(args.model, location, writes=False) as index:
         if count_memories(index) == 0:
             raise CommandError(f"no memories stored in {location}; add some first", 1)
         policy = _policy(index, args.today, explicit)
-        session.console.print(policy_line(policy))
+        show(policy_line(policy))
         retriever = QdrantRecencyRetriever.from_index(index, policy, user_id=args.user)
         ranking = _search(session, retriever, args.question)
-    session.console.print(ranking_table(literal(args.question), ranking))
+    today = policy.reference().date().isoformat()
+    if args.json:  # the spinner on stderr: stdout is the document alone
+        replies = (None, None) if llm is None else _replies(
+            session, llm, args.question, ranking, today, args.compare, session.errors)
+        print_json(session, ask_document(args.question, args.user, today, policy, ranking,
+                                         *replies))
+        return 0
+    show(ranking_table(literal(args.question), ranking))
     if llm is not None:  # the table above stays on screen if the LLM fails
-        today = policy.reference().date().isoformat()
-        session.console.print(_reply(session, llm, args.question, ranking, today, args.compare))
-    session.console.print(session.timings.table())
+        show(_reply(session, llm, args.question, ranking, today, args.compare))
+    show(session.timings.table())
     return 0
 
 
 def run_list(args: argparse.Namespace, session: Session) -> int:
-    """Print the store's memories, oldest first (``--json``: export's lines, newest first);
-    needs no embedding model.
+    """Print the store's memories, oldest first (``--json``: one JSON list of the export's
+    objects, newest first); needs no embedding model.
 
     Raises:
         CommandError: ``--store`` and ``--url`` both given, or (``--json``) a memory that
@@ -355,10 +375,14 @@ def run_list(args: argparse.Namespace, session: Session) -> int:
     store = location.open_existing()
     try:
         if args.json:
-            return print_json_lines(session, store, args.user)
-        nodes = get_memories(store, filters=memory_scope(user_id=args.user))
+            records = memory_records(store, args.user)
+        else:
+            nodes = get_memories(store, filters=memory_scope(user_id=args.user))
     finally:
         close_memory_index(store)
+    if args.json:
+        print_json(session, records)
+        return 0
     whose = "" if args.user is None else f" of user {args.user}"
     if not nodes:
         session.console.print(literal(f"no memories{whose} stored in {location}"))

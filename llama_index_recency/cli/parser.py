@@ -193,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("question", type=_non_blank("question"))
     ask.add_argument("--today", type=_iso_date, default=None,
                      help="reference date (default: today)")
+    _json_option(ask, "one JSON object (the policy, the memories that enter the prompt with "
+                 "their scores, every candidate, the replies) instead of tables")
     ask.set_defaults(run=run_ask)
 
     remember_command = commands.add_parser(
@@ -250,8 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("list", help="show the memories in a store (no model needed)")
     _store_options(listing)
     _user_option(listing, "only this user's memories")
-    listing.add_argument("--json", action="store_true",
-                         help="print JSON Lines (export's fields, newest first) instead of a table")
+    _json_option(listing, "one JSON list of the memories (export's fields, newest first) "
+                 "instead of a table")
     listing.set_defaults(run=run_list)
 
     history = commands.add_parser("history", help="every version of one memory's fact, oldest "
@@ -259,6 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     _store_options(history)
     history.add_argument("id", type=_memory_id, metavar="ID", help="a memory id (see `list`)")
     _user_option(history, "only if the memory is this user's")
+    _json_option(history, "one JSON list of the versions (list --json's fields, oldest first) "
+                 "instead of a table")
     history.set_defaults(run=run_history)
 
     exporting = commands.add_parser(
@@ -271,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     exporting.add_argument("--with-embeddings", action="store_true",
                            help="include the vectors, so import need not embed again (only "
                            "into a store of the same model)")
+    _json_option(exporting, "a JSON object (path, store, count, users, with_embeddings) "
+                 "instead of a line")
     exporting.set_defaults(run=run_export)
 
     importing = commands.add_parser(
@@ -303,6 +309,10 @@ def _lang_option(parser: argparse.ArgumentParser, choices: Sequence[str], note: 
 
 def _user_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--user", type=_user_id, default=None, metavar="USER_ID", help=what)
+
+
+def _json_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--json", action="store_true", help=f"print {what} on stdout")
 
 
 def _ranking_options(parser: argparse.ArgumentParser) -> None:

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, NodeWithScore
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -25,6 +28,26 @@ from llama_index_recency.ranking.ranked import RecencyRanking
 from llama_index_recency.records.nodes import USER_ID_KEY
 
 _CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+UNWRAPPED_WIDTH = 100_000
+"""stdout's width in columns when it is not a terminal and ``COLUMNS`` is unset: wide enough
+that nothing wraps (a memory is at most 1,000 characters), so a piped table keeps each
+memory's text on one line."""
+
+
+def stdout_console() -> Console:
+    """The console for stdout: on a terminal or in Jupyter, or with ``COLUMNS`` set, as wide as
+    rich makes it; otherwise (a pipe, a file) :data:`UNWRAPPED_WIDTH` wide. Rich would take a
+    terminal's width from stdin or stderr, or 80 columns, and fold a table's text to fit."""
+    console = Console()
+    if console.is_terminal or console.is_jupyter or os.environ.get("COLUMNS", "").isdigit():
+        return console
+    return Console(width=UNWRAPPED_WIDTH)
+
+
+def wraps(console: Console) -> bool:
+    """Whether ``console`` has a width to fill and wrap at (not :data:`UNWRAPPED_WIDTH`'s)."""
+    return console.width < UNWRAPPED_WIDTH
 
 
 def literal(text: str, style: str = "") -> Text:
@@ -202,3 +225,36 @@ def fit_table(fit: ThresholdFit) -> Table:
     for item, value in fit.rows():
         table.add_row(item, literal(value))
     return table
+
+
+def ask_document(question: str, user: str | None, today: str, policy: RecencyPolicy,
+                 ranking: RecencyRanking, reply: str | None, without: str | None
+                 ) -> dict[str, Any]:
+    """``ask --json``: what ``ask`` prints, as one JSON object (docs/backup-and-cli.md lists
+    its fields)."""
+    return {
+        "question": question,
+        "user_id": user,
+        "today": today,
+        "policy": {"relevance": policy.relevance, "weight": policy.weight,
+                   "tau_days": policy.tau_days, "threshold": policy.threshold,
+                   "language_thresholds": dict(sorted(policy.language_thresholds.items())),
+                   "top_n": policy.top_n},
+        "language": ranking.language,
+        "intent": ranking.intent,
+        "vague": ranking.vague,
+        "news": ranking.news,
+        "threshold": None if ranking.threshold is None else {
+            "value": ranking.threshold, "language": ranking.threshold_language,
+            "origin": ranking.threshold_origin},
+        "memories": [{"id": node.node.node_id, "text": node.node.get_content(),
+                      "score": None if node.score is None else float(node.score)}
+                     for node in ranking.nodes],
+        "candidates": [{"id": row.node_id, "text": row.text, "date": row.date,
+                        "age_days": None if row.age_days is None else float(row.age_days),
+                        "raw": float(row.raw), "bonus": float(row.bonus),
+                        "final": float(row.final), "kept": row.kept, "verdict": row.reason}
+                       for row in ranking.rows],
+        "reply": reply,
+        "reply_without_memory": without,
+    }
