@@ -134,6 +134,13 @@ def policies(reference: str) -> dict[str, RecencyPolicy]:
         "0.2 shipped (0.004/14)": RecencyPolicy(weight=0.004, tau_days=14.0, **gate),
         "flat 0.05/14": RecencyPolicy(weight=0.05, tau_days=14.0, **gate),
         "default": RecencyPolicy(**{**shipped, "reference_date": reference}),
+        "default + words 0.1": RecencyPolicy(**{**shipped, "reference_date": reference,
+                                                 "lexical_weight": 0.1}),
+        "default, gate off": RecencyPolicy(**{**shipped, "reference_date": reference,
+                                              "threshold": -1e9, "language_thresholds": {}}),
+        "default + words 0.1, gate off": RecencyPolicy(**{
+            **shipped, "reference_date": reference, "threshold": -1e9,
+            "language_thresholds": {}, "lexical_weight": 0.1}),
     }
 
 

@@ -117,7 +117,7 @@ def best_score(ranker: Ranker, policy: RecencyPolicy, question: str, vector: np.
     raised = intent.threshold - policy.threshold
     if first:
         return ranker.top(vector, policy, 1, question)[0][1] - raised
-    finals = ranker.relevance(vector, intent) + intent.weight * np.exp(
+    finals = ranker.relevance(vector, intent, question) + intent.weight * np.exp(
         -ages(ranker.store) / intent.tau_days)
     return float(finals.max()) - raised
 

@@ -33,6 +33,7 @@ import hashlib
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
@@ -50,6 +51,7 @@ from llama_index_recency.models.factories import (
     offline_embedding,
 )
 from llama_index_recency.querying.gate import fit_gate, noise_margin
+from llama_index_recency.ranking.lexical import LexicalQuery, question_terms, terms
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.supersession import newer_versions_first
 from llama_index_recency.records.examples import (
@@ -197,19 +199,28 @@ class Ranker:
         self.nodes = [TextNode(id_=str(i), text=text, metadata={"date": day},
                                embedding=store.vectors[i].tolist())
                       for i, (day, text, _) in enumerate(store.memories)]
+        self.terms = [terms(text) for _, text, _ in store.memories]
+        self.holding = Counter(term for held in self.terms for term in held)
 
-    def relevance(self, vector: np.ndarray, policy: RecencyPolicy) -> np.ndarray:
+    def relevance(self, vector: np.ndarray, policy: RecencyPolicy,
+                  question: str = "") -> np.ndarray:
+        """Every memory's relevance: cosine (or cohort units) plus, with the policy's
+        lexical weight, that weight times the share of the question's terms it holds."""
         cosines = self.store.vectors @ vector
-        if policy.relevance == "cosine":
+        if policy.relevance != "cosine":
+            scale = self.scale_of(vector)
+            cosines = (cosines - scale.mean) / scale.sd
+        if policy.lexical_weight == 0.0 or not question:
             return cosines
-        scale = self.scale_of(vector)
-        return (cosines - scale.mean) / scale.sd
+        query = LexicalQuery.from_counts(len(self.terms), {
+            t: self.holding[t] for t in question_terms(question)})
+        return cosines + policy.lexical_weight * np.array([query.share(h) for h in self.terms])
 
     def top(self, vector: np.ndarray, policy: RecencyPolicy, k: int,
             question: str = "") -> list[tuple[int, float]]:
         """The top ``k`` memories by final score (threshold off): (index, final)."""
         policy = policy.for_question(question)
-        relevance = self.relevance(vector, policy)
+        relevance = self.relevance(vector, policy, question)
         kth = np.sort(relevance)[-min(k, len(relevance))]
         return self._rank(relevance, kth - policy.weight, policy, k, -1e9)
 
@@ -217,7 +228,7 @@ class Ranker:
              question: str = "") -> list[tuple[int, float]]:
         """What reaches the prompt: at most top_n with final >= threshold."""
         policy = policy.for_question(question)
-        relevance = self.relevance(vector, policy)
+        relevance = self.relevance(vector, policy, question)
         return self._rank(relevance, policy.threshold - policy.weight, policy, policy.top_n,
                           policy.threshold)
 

@@ -133,3 +133,24 @@ def test_an_edge_store_without_terms_is_filled_in_when_the_signal_is_on(e5, tmp_
     lacking = store.client.count(edge.CountRequest(
         exact=True, filter=edge.Filter(must=[edge.IsEmptyCondition(TERMS_KEY)])))
     assert lacking == 0
+
+
+def test_with_the_words_the_seeds_newer_coffee_still_leads_and_the_table_shows_their_part(
+        e5, tmp_path) -> None:
+    """The old coffee memory shares the question's word "coffee", the newer one says "café
+    au lait": the words lift the old one, but a newer version is judged without them."""
+    from llama_index_recency import RecencyMemory, index_policy
+    from llama_index_recency.records.examples import example_memories
+
+    memory = RecencyMemory(e5, path=tmp_path / "store")
+    memory.add(example_memories())
+    memory.policy = index_policy(memory.index, reference_date="2026-09-10").model_copy(
+        update={"lexical_weight": 0.1})
+    ranking = memory.search("How do I take my coffee again?")
+    assert [n.node.metadata["key"] for n in ranking.nodes][:2] == ["cafe_au_lait",
+                                                                   "coffee_black"]
+    parts = {row.text.split(": ", 1)[1][:12]: row.lexical for row in ranking.rows}
+    assert parts["Taro drinks "] > 0.0 == parts["Taro has bee"]
+    assert "| Words |" in ranking.to_table()
+    memory.policy = memory.policy.model_copy(update={"lexical_weight": 0.0})
+    assert "| Words |" not in memory.search("How do I take my coffee again?").to_table()

@@ -18,7 +18,12 @@ from llama_index.vector_stores.qdrant import QdrantVectorStore
 
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.models.cohort import QueryScale, relevance_cohort
-from llama_index_recency.ranking.lexical import LexicalQuery, fused, question_terms
+from llama_index_recency.ranking.lexical import (
+    LexicalQuery,
+    fused,
+    question_terms,
+    with_lexical_parts,
+)
 from llama_index_recency.ranking.news import about_the_news
 from llama_index_recency.ranking.plan import (
     SearchPlan,
@@ -148,12 +153,16 @@ class ExactSearch:
         ranking = yield from exact_recency_search(policy, reference, self.filters,
                                                   lexical=lexical)
         ranking = self.policy.asked(ranking, bundle.query_str)
-        ranking = yield from with_newer_versions(ranking, policy, reference, self.filters)
+        ranking = with_lexical_parts(ranking, lexical, policy.lexical_weight)
+        part = None if lexical is None else (
+            lambda node_id: policy.lexical_weight * lexical.shares.get(node_id, 0.0))
+        ranking = yield from with_newer_versions(ranking, policy, reference, self.filters, part)
         ranking = yield from with_successors(ranking, policy, reference, self.filters)
         if self._vague_window_days is not None and is_vague_reference(bundle.query_str):
             ranking = yield from with_recent(ranking, policy, reference, self.filters,
                                              self._vague_window_days)
-        return about_the_news(ranking, bundle.query_str)
+        return about_the_news(with_lexical_parts(ranking, lexical, policy.lexical_weight),
+                              bundle.query_str)
 
     def _scale(self, vector: List[float]) -> Optional[QueryScale]:
         """The question's cohort scale when the policy is in cohort units, else None (cosine)."""

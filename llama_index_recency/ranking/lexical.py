@@ -16,10 +16,13 @@ import math
 import re
 import unicodedata
 from collections.abc import Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any, Optional, TypeVar
 
 from llama_index.core.schema import BaseNode, NodeWithScore
+
+from llama_index_recency.ranking.ranked import RecencyRanking
 
 T = TypeVar("T")
 
@@ -66,8 +69,10 @@ def _fold(word: str) -> str:
     return word
 
 
+@lru_cache(maxsize=8192)
 def terms(text: str) -> frozenset[str]:
-    """The terms of ``text`` (a leading ``YYYY-MM-DD:`` date is not one)."""
+    """The terms of ``text`` (a leading ``YYYY-MM-DD:`` date is not one); the texts a store's
+    questions meet again are tokenized once."""
     text = unicodedata.normalize("NFKC", _DATE_PREFIX.sub("", text)).lower()
     found: set[str] = set()
     for token in _TOKEN.findall(text):
@@ -118,11 +123,26 @@ class LexicalQuery:
         holds = set(memory_terms)
         return sum(weight for term, weight in self.weights.items() if term in holds) / total
 
+    @property
+    def shares(self) -> Mapping[str, float]:
+        """The shares computed so far, by memory id (every memory a search returned)."""
+        return self._shares
+
     def share_of(self, node: BaseNode) -> float:
         """:meth:`share` for a memory's text (computed once per memory and question)."""
         if node.node_id not in self._shares:
             self._shares[node.node_id] = self.share(terms(node.get_content()))
         return self._shares[node.node_id]
+
+
+def with_lexical_parts(ranking: RecencyRanking, lexical: Optional[LexicalQuery],
+                       weight: float) -> RecencyRanking:
+    """``ranking`` with each row's lexical part recorded (what ``explain()`` shows)."""
+    if lexical is None or weight == 0.0:
+        return ranking
+    return replace(ranking, rows=tuple(
+        replace(row, lexical=weight * lexical.shares.get(row.node_id, 0.0))
+        for row in ranking.rows))
 
 
 def fused(plan: Generator[Any, Sequence[NodeWithScore], T], lexical: Optional[LexicalQuery],

@@ -255,15 +255,16 @@ class _Bounds:
         """(bound, bracket, terms held) for every bracket and every set of terms worth
         checking: those whose searches' limit-th cosines are the highest (unsearched first)."""
         order = sorted(self.terms, key=lambda t: -kth.get(t, math.inf))
+        shares = [0.0] * (len(order) + 1)  # shares[m]: the share of the first m terms
+        if self.lexical is not None:
+            shares = [self.lexical.share(order[:m]) for m in range(len(order) + 1)]
         bounds: list[tuple[float, int, tuple[str, ...]]] = []
         for bracket, (cosine, bonus) in enumerate(self._brackets(kth)):
             bounds.append((cosine + bonus, bracket, ()))
             for m, term in enumerate(order, start=1):
-                held = tuple(order[:m])
                 cap = min(cosine, kth.get(term, math.inf))
-                assert self.lexical is not None
-                bounds.append((cap + bonus + self.weight * self.lexical.share(held),
-                               bracket, held))
+                bounds.append((cap + bonus + self.weight * shares[m], bracket,
+                               tuple(order[:m])))
         return bounds
 
     def unseen(self, kth: dict[SetKey, float]) -> float:

@@ -28,6 +28,9 @@ class RankedMemory:
     kept: bool
     reason: str
     """The verdict ("kept", "below 0.45", …), then any note a ranking step left after "; "."""
+    lexical: float = 0.0
+    """The part of ``raw`` that the question's words give (``lexical_weight`` times the share
+    of the question's term weight the memory holds); 0 without the lexical signal."""
 
     def judged(self, verdict: str) -> "RankedMemory":
         """The row with ``verdict``, keeping the note a ranking step left on it."""
@@ -80,17 +83,19 @@ class RecencyRanking:
         return line
 
     def to_table(self) -> str:
-        """Render the rows as a Markdown table (memory, raw, bonus, final, verdict)."""
+        """Render the rows as a Markdown table (memory, raw, bonus, final, verdict; with the
+        lexical signal, raw as its cosine and the words' part)."""
         raw = "Raw cosine" if self.relevance == "cosine" else "Relevance (sd)"
-        lines = [
-            f"| Memory | {raw} | Bonus | Final | Verdict |",
-            "|---|---|---|---|---|",
-        ]
-        for row in self.rows:
-            lines.append(
-                f"| {_one_line(row.text)} | {row.raw:.3f} | +{row.bonus:.3f} "
-                f"| {row.final:.3f} | {row.reason} |"
-            )
+        if not any(row.lexical for row in self.rows):
+            lines = [f"| Memory | {raw} | Bonus | Final | Verdict |", "|---|---|---|---|---|"]
+            lines += [f"| {_one_line(row.text)} | {row.raw:.3f} | +{row.bonus:.3f} "
+                      f"| {row.final:.3f} | {row.reason} |" for row in self.rows]
+            return "\n".join(lines)
+        # With the lexical signal, raw is split into the cosine and the words' part.
+        lines = [f"| Memory | {raw} | Words | Bonus | Final | Verdict |",
+                 "|---|---|---|---|---|---|"]
+        lines += [f"| {_one_line(row.text)} | {row.raw - row.lexical:.3f} | +{row.lexical:.3f} "
+                  f"| +{row.bonus:.3f} | {row.final:.3f} | {row.reason} |" for row in self.rows]
         return "\n".join(lines)
 
     def __str__(self) -> str:

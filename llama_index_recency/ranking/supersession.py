@@ -23,7 +23,7 @@ of a search plan that fetches the candidates' vectors through the engine.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Optional
@@ -49,6 +49,7 @@ def with_newer_versions(
     policy: RecencyPolicy,
     reference: datetime,
     filters: Optional[MetadataFilters] = None,
+    lexical_part: Optional[Callable[[str], float]] = None,
 ) -> SearchPlan:
     """A plan step: the question's top ``supersede_window`` candidates with their vectors (and
     the ranking's other rows) and the memories whose ``supersedes`` names one of them, then
@@ -64,7 +65,7 @@ def with_newer_versions(
                                       with_vectors=True))
     named = tuple(sorted(candidate.node.node_id for candidate in window))
     successors = yield from linked_memories(SUPERSEDES_KEY, named, filters)
-    return newer_versions_first(ranking, window, policy, reference, successors)
+    return newer_versions_first(ranking, window, policy, reference, successors, lexical_part)
 
 
 def newer_versions_first(
@@ -73,6 +74,7 @@ def newer_versions_first(
     policy: RecencyPolicy,
     reference: datetime,
     successors: Sequence[NodeWithScore] = (),
+    lexical_part: Optional[Callable[[str], float]] = None,
 ) -> RecencyRanking:
     """``ranking`` with each newer version placed right before the older one it nearly repeats.
 
@@ -81,7 +83,8 @@ def newer_versions_first(
     ``supersedes`` names a candidate (a candidate with a written successor is paired by
     that link only). Candidates that could pass and are not rows yet become rows. Without
     ``supersede_margin``, fewer than three vectors or no spread among them, ``ranking`` is
-    returned as it is.
+    returned as it is. ``lexical_part`` gives a candidate's lexical part by id (the rows
+    carry theirs), which the margin leaves out.
     """
     margin = policy.supersede_margin
     if margin is None:
@@ -96,7 +99,7 @@ def newer_versions_first(
     if not nearest:
         return ranking
     partners = {nearest[row.node_id] for row in ranking.rows if row.node_id in nearest}
-    rows = _rows_with_window(ranking, window, partners, policy, reference)
+    rows = _rows_with_window(ranking, window, partners, policy, reference, lexical_part)
     order, moves = _reordered(rows, nearest, margin)
     if not moves:
         return ranking
@@ -173,6 +176,7 @@ def _with_links(nearest: dict[str, str], window: Sequence[NodeWithScore],
 def _rows_with_window(
     ranking: RecencyRanking, window: Iterable[NodeWithScore], partners: set[str],
     policy: RecencyPolicy, reference: datetime,
+    lexical_part: Optional[Callable[[str], float]] = None,
 ) -> list[RankedMemory]:
     """The ranking's rows plus the window candidates that could pass or are a row's version
     partner, by final score (ties by relevance order, as :meth:`RecencyPolicy.rank` breaks them)."""
@@ -182,7 +186,10 @@ def _rows_with_window(
              and ((c.score or 0.0) >= floor or c.node.node_id in partners)]
     if not extra:
         return list(ranking.rows)
-    merged = list(ranking.rows) + list(policy.rank(extra, reference).rows)
+    added = policy.rank(extra, reference).rows
+    if lexical_part is not None:
+        added = tuple(replace(row, lexical=lexical_part(row.node_id)) for row in added)
+    merged = list(ranking.rows) + list(added)
     return sorted(merged, key=lambda row: -row.final)
 
 
@@ -200,8 +207,11 @@ def _reordered(
         newer_id = nearest.get(older.node_id)
         later = next((i for i in range(position + 1, len(order))
                       if order[i].node_id == newer_id), None)
+        # The margin is read without the words' part: a newer version reworded ("café au
+        # lait" for "coffee") shares fewer of the question's words than the old one.
         if later is not None and _is_newer(order[later], older) \
-                and order[later].final >= older.final - margin:
+                and order[later].final - order[later].lexical >= \
+                older.final - older.lexical - margin:
             newer = order.pop(later)
             order[position:position] = [newer.noted(f"newer version of {older.node_id}")]
             order[position + 1] = older.noted(f"older version, below {newer.node_id}")
