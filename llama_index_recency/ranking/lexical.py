@@ -107,13 +107,16 @@ class LexicalQuery:
 
     weights: Mapping[str, float]
     held: frozenset[str] = frozenset()
+    holding: Mapping[str, int] = field(default_factory=dict)
+    """How many memories hold each term."""
     _shares: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_counts(cls, memories: int, holding: Mapping[str, int]) -> LexicalQuery:
         """The question's terms weighed by how many of ``memories`` hold each one."""
         return cls({term: idf(memories, count) for term, count in holding.items()},
-                   frozenset(term for term, count in holding.items() if count > 0))
+                   frozenset(term for term, count in holding.items() if count > 0),
+                   dict(holding))
 
     def share(self, memory_terms: Iterable[str]) -> float:
         """The share of the question's term weight that a memory with ``memory_terms`` holds."""
@@ -140,9 +143,10 @@ def with_lexical_parts(ranking: RecencyRanking, lexical: Optional[LexicalQuery],
     """``ranking`` with each row's lexical part recorded (what ``explain()`` shows)."""
     if lexical is None or weight == 0.0:
         return ranking
+    parts = [weight * lexical.shares.get(row.node_id, 0.0) for row in ranking.rows]
     return replace(ranking, rows=tuple(
-        replace(row, lexical=weight * lexical.shares.get(row.node_id, 0.0))
-        for row in ranking.rows))
+        row if part == row.lexical else replace(row, lexical=part)
+        for row, part in zip(ranking.rows, parts, strict=True)))
 
 
 def fused(plan: Generator[Any, Sequence[NodeWithScore], T], lexical: Optional[LexicalQuery],

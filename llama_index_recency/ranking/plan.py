@@ -37,7 +37,7 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
-from llama_index_recency.ranking.lexical import TERMS_KEY, LexicalQuery
+from llama_index_recency.ranking.lexical import TERMS_KEY, LexicalQuery, terms
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.ranked import RecencyRanking
 
@@ -222,6 +222,7 @@ def exact_recency_search(
             for candidate in results:
                 if candidate.node.node_id not in seen:
                     seen[candidate.node.node_id] = candidate
+                    bounds.saw(candidate)
                     final = policy.final_score(candidate.score or 0.0,
                                                candidate.node.metadata.get(policy.date_key),
                                                reference)
@@ -243,6 +244,22 @@ class _Bounds:
         self.lexical = lexical if lexical is not None and policy.lexical_weight > 0 else None
         self.weight = policy.lexical_weight if self.lexical is not None else 0.0
         self.terms = sorted(self.lexical.held) if self.lexical is not None else []
+        # Holders of each term not seen yet: at 0 the term's set is complete, unsearched.
+        self.unseen_holders = {t: self.lexical.holding.get(t, 0) for t in self.terms
+                               } if self.lexical is not None else {}
+
+    def saw(self, result: NodeWithScore) -> None:
+        """Count a memory seen for the first time among its terms' holders."""
+        if self.unseen_holders:
+            for term in terms(result.node.get_content()) & self.unseen_holders.keys():
+                self.unseen_holders[term] -= 1
+
+    def _term_kth(self, kth: dict[SetKey, float], term: str) -> float:
+        """The limit-th cosine of a term's set: -inf once every holder is seen, +inf while
+        it is not searched."""
+        if self.unseen_holders.get(term, 1) <= 0:
+            return -math.inf
+        return kth.get(term, math.inf)
 
     def cosine(self, result: NodeWithScore) -> float:
         """A result's cosine (its relevance less its lexical part)."""
@@ -254,7 +271,9 @@ class _Bounds:
     def terms_bounds(self, kth: dict[SetKey, float]) -> list[tuple[float, int, tuple[str, ...]]]:
         """(bound, bracket, terms held) for every bracket and every set of terms worth
         checking: those whose searches' limit-th cosines are the highest (unsearched first)."""
-        order = sorted(self.terms, key=lambda t: -kth.get(t, math.inf))
+        weights = self.lexical.weights if self.lexical is not None else {}
+        # Unsearched terms first, the heaviest first: the search the bound asks for next.
+        order = sorted(self.terms, key=lambda t: (-self._term_kth(kth, t), -weights.get(t, 0.0)))
         shares = [0.0] * (len(order) + 1)  # shares[m]: the share of the first m terms
         if self.lexical is not None:
             shares = [self.lexical.share(order[:m]) for m in range(len(order) + 1)]
@@ -262,7 +281,7 @@ class _Bounds:
         for bracket, (cosine, bonus) in enumerate(self._brackets(kth)):
             bounds.append((cosine + bonus, bracket, ()))
             for m, term in enumerate(order, start=1):
-                cap = min(cosine, kth.get(term, math.inf))
+                cap = min(cosine, self._term_kth(kth, term))
                 bounds.append((cap + bonus + self.weight * shares[m], bracket,
                                tuple(order[:m])))
         return bounds
@@ -278,7 +297,7 @@ class _Bounds:
             return 0
         reaching = [b for b in self.terms_bounds(kth) if b[0] + SCORE_SLACK >= goal]
         for _, bracket, held in sorted(reaching, key=lambda b: -b[0]):
-            unsearched = [term for term in held if term not in kth]
+            unsearched = [term for term in held if self._term_kth(kth, term) == math.inf]
             if unsearched:
                 return unsearched[0]
             tier = bracket + 1  # the youngest tier covering the bracket (the oldest has none)
