@@ -190,7 +190,7 @@ class RecencyMemory:
             user_id=user, index=self.index))
         stored = insert_memories(self.index, nodes, on_progress=on_progress,
                                  said_at=given.said_at)
-        refit_after_write(self.index, min_memories=self.min_fit_memories)
+        refit_after_write(self.index, min_memories=self.min_fit_memories, users=(user,))
         return stored
 
     def update(self, memory_id: str, text: str, memory_date: MemoryDate, **node_options: Any
@@ -216,7 +216,7 @@ class RecencyMemory:
         node_options.setdefault("user_name", self.user_name)
         updated = update_memory(self.index, memory_id, text, memory_date, user_id=self.user_id,
                                 **node_options)
-        refit_after_write(self.index, min_memories=self.min_fit_memories)
+        refit_after_write(self.index, min_memories=self.min_fit_memories, users=(self.user_id,))
         return updated
 
     def forget(
@@ -279,9 +279,9 @@ class RecencyMemory:
         """
         turns = [as_turn(turn) for turn in turns]
         stored = remember(turns, self.index, self._llm(llm), memory_date=memory_date,
-                          user_name=self.user_name, user_id=self._user(user_id),
+                          user_name=self.user_name, user_id=(user_id := self._user(user_id)),
                           allow_future=allow_future)
-        refit_after_write(self.index, min_memories=self.min_fit_memories)
+        refit_after_write(self.index, min_memories=self.min_fit_memories, users=(user_id,))
         return stored
 
     def import_(self, path: str | os.PathLike[str], *, user_id: Optional[str] = None,
@@ -299,9 +299,9 @@ class RecencyMemory:
             PartialWriteError: A batch failed; it says how many were stored.
             OSError: ``path`` cannot be read.
         """
-        new = import_memories(self.index, path, user_id=self._user(user_id),
+        new = import_memories(self.index, path, user_id=(user_id := self._user(user_id)),
                               on_progress=on_progress)
-        refit_after_write(self.index, min_memories=self.min_fit_memories)
+        refit_after_write(self.index, min_memories=self.min_fit_memories, users=(user_id,))
         return new
 
     # --- reading ----------------------------------------------------------------------

@@ -83,7 +83,7 @@ from llama_index_recency.writing.updates import forget
 from llama_index_recency.writing.writer import remember
 
 
-def _policy(index: VectorStoreIndex, today: Any, explicit: dict[str, float]) -> RecencyPolicy:
+def _policy(index: VectorStoreIndex, today: Any, explicit: dict[str, Any]) -> RecencyPolicy:
     """The store's policy (saved, else the model's shipped one) with the explicit options
     (:func:`ranking_options`) on top."""
     try:

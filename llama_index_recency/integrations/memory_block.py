@@ -406,7 +406,8 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
             return []
         self._outbox.remove(conversation.id)
         if stored:
-            refit_after_write(self.index, min_memories=self.min_fit_memories, writer=self.name)
+            refit_after_write(self.index, min_memories=self.min_fit_memories, writer=self.name,
+                              users=(self.user_id,))
         return stored
 
 

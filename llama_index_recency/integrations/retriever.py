@@ -77,7 +77,8 @@ class QdrantRecencyRetriever(BaseRetriever):
 
     Built by :meth:`from_index` without a policy, it ranks with the store's own
     (:func:`~llama_index_recency.storage.metadata.index_policy`) and keeps the store's gate
-    fitted: a store grown to ``min_fit_memories`` (then to
+    fitted (with ``user_id``, the user's own, fitted on their memories alone, so no other
+    user's memories move it): a store grown to ``min_fit_memories`` (then to
     :data:`~llama_index_recency.fitting.gate_fit.REFIT_RATIO` times its last fit) is refitted
     on a background thread (:func:`refit_store_gate`) while questions are ranked with the
     current gate, and a fit saved by any writer is adopted at the next question
@@ -120,6 +121,7 @@ class QdrantRecencyRetriever(BaseRetriever):
             vague_window_days=vague_window_days,
         )
         self._min_fit_memories = min_fit_memories
+        self._user_id = user_id  # whose gate it follows (None: the store's)
         self._follows_store = False  # set by from_index without a policy
         self._adopted: Any = None  # the store's saved policy and gate fit the policy came from
         self._next_try = 0  # fewest memories before this retriever launches a refit again
@@ -150,10 +152,11 @@ class QdrantRecencyRetriever(BaseRetriever):
         if policy is not None:
             return cls(index.vector_store, embedding_of(index), policy=policy, **kwargs)
         metadata = collection_metadata(index)
-        retriever = cls(index.vector_store, embedding_of(index), policy=index_policy(metadata),
-                        **kwargs)
+        user_id = kwargs.get("user_id")
+        retriever = cls(index.vector_store, embedding_of(index),
+                        policy=index_policy(metadata, user_id=user_id), **kwargs)
         retriever._follows_store = True
-        retriever._adopted = policy_records(metadata)
+        retriever._adopted = policy_records(metadata, user_id)
         return retriever
 
     @property
@@ -226,19 +229,22 @@ class QdrantRecencyRetriever(BaseRetriever):
         if not self._follows_store or not (read_now or self._reads.due()):
             return
         metadata = collection_metadata(store)
-        records = policy_records(metadata)
+        user = self._user_id
+        records = policy_records(metadata, user)
         if records != self._adopted:
-            self._search.policy, self._adopted = index_policy(metadata), records
+            self._search.policy, self._adopted = index_policy(metadata, user_id=user), records
         if self._refit is not None and self._refit.running():
             return
-        memories = count_memories(store)
-        if memories < self._next_try or not due_by_size(metadata, self._min_fit_memories, memories):
+        memories = count_memories(store, user)
+        if memories < self._next_try or not due_by_size(metadata, self._min_fit_memories,
+                                                        memories, user_id=user):
             return
         self._next_try = math.ceil(REFIT_RATIO * memories)  # a failed or refused fit waits
         embed_model, least = self._search.embed_model, self._min_fit_memories
         inline = not isinstance(store, QdrantEdgeVectorStore) and is_local(store.client)
-        self._refit = Refit(lambda: refit_store_gate(store, embed_model, min_memories=least),
-                             background=not inline)
+        self._refit = Refit(lambda: refit_store_gate(store, embed_model, min_memories=least,
+                                                     user_id=user),
+                            background=not inline)
         if inline:
             self._follow_store(read_now=True)  # adopt it for this question already
 

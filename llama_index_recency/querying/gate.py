@@ -121,6 +121,7 @@ def refit_gate(
     ratio: float = REFIT_RATIO,
     check: bool = False,
     today: Optional[date] = None,
+    user_id: Optional[str] = None,
 ) -> Optional[GateFit]:
     """Fit the store's own gate when it is due, and save it with the store for
     :func:`index_policy` (see :func:`refit_store_gate`):
@@ -136,18 +137,21 @@ def refit_gate(
             too full to load it for writing).
     """
     return refit_store_gate(index.vector_store, embedding_of(index), min_memories=min_memories,
-                            ratio=ratio, check=check, today=today)
+                            ratio=ratio, check=check, today=today, user_id=user_id)
 
 
 def refit_after_write(index: VectorStoreIndex, *, min_memories: int = MIN_FIT_MEMORIES,
-                      writer: str = "") -> None:
-    """After a write: :func:`refit_gate` when the store grew enough for one. A failure is one
-    warning line, never the writer's: the memories are stored, and the gate can wait."""
-    try:
-        refit_gate(index, min_memories=min_memories)
-    except Exception as error:  # noqa: BLE001 - the write succeeded
-        logger.warning("%sthe gate was not refitted: %s: %s", f"{writer}: " if writer else "",
-                       type(error).__name__, error)
+                      writer: str = "", users: Sequence[Optional[str]] = ()) -> None:
+    """After a write: :func:`refit_gate` for the store, and for each of ``users`` whose
+    memories were written, when they grew enough for one. A failure is one warning line,
+    never the writer's: the memories are stored, and the gate can wait."""
+    for user_id in (None, *dict.fromkeys(u for u in users if u is not None)):
+        try:
+            refit_gate(index, min_memories=min_memories, user_id=user_id)
+        except Exception as error:  # noqa: BLE001 - the write succeeded
+            logger.warning("%sthe gate was not refitted: %s: %s",
+                           f"{writer}: " if writer else "", type(error).__name__, error)
+            return  # one line per write: the users' fits would fail alike
 
 
 def check_gate(
@@ -230,8 +234,10 @@ def refit_store_gate(
     ratio: float = REFIT_RATIO,
     check: bool = False,
     today: Optional[date] = None,
+    user_id: Optional[str] = None,
 ) -> Optional[GateFit]:
-    """Fit the store's own gate when it is due and save it (:func:`save_gate_fit`).
+    """Fit the store's own gate (with ``user_id``, that user's, on their memories alone)
+    when it is due and save it (:func:`save_gate_fit`).
 
     Due: no explicit policy is saved (``save_policy`` wins, always), the store holds
     ``min_memories`` and was never fitted in its policy's units or holds ``ratio`` times the
@@ -249,54 +255,58 @@ def refit_store_gate(
     """
     vectors = vector_store_of(store)
     with _fit_lock(vectors):
-        memories = count_memories(vectors)
+        memories = count_memories(vectors, user_id)
         metadata = collection_metadata(vectors)
         if has_saved_policy(metadata) or memories < min_memories:
             return None
-        if memories in _FAILED_FITS.get(id(vectors), ()):
+        failed = _FAILED_FITS.get(id(vectors), set())
+        if (user_id, memories) in failed:
             return None
         try:
             return _fit_and_save(vectors, embed_model, metadata, memories, min_memories, ratio,
-                                 check, today)
+                                 check, today, user_id)
         except Exception:
             if id(vectors) not in _FAILED_FITS:  # forgotten with the store object
                 weakref.finalize(vectors, _FAILED_FITS.pop, id(vectors), None)
-            _FAILED_FITS.setdefault(id(vectors), set()).add(memories)
+            _FAILED_FITS.setdefault(id(vectors), set()).add((user_id, memories))
             raise
 
 
 def _fit_and_save(vectors: MemoryVectorStore, embed_model: BaseEmbedding,
                   metadata: Mapping[str, Any], memories: int, min_memories: int, ratio: float,
-                  check: bool, today: Optional[date]) -> Optional[GateFit]:
+                  check: bool, today: Optional[date], user_id: Optional[str]
+                  ) -> Optional[GateFit]:
     """The body of :func:`refit_store_gate`, under its lock."""
-    policy = index_policy(metadata)
+    policy = index_policy(metadata, user_id=user_id)
     best = None
-    if not due_by_size(metadata, min_memories, memories, ratio):
+    if not due_by_size(metadata, min_memories, memories, ratio, user_id=user_id):
         if not check:
             return None
-        best = offtopic_best(vectors, embed_model, policy)
+        best = offtopic_best(vectors, embed_model, policy, user_id=user_id)
         if not fit_gate(best, margin=noise_margin(policy)).lets_too_many_in(policy):
             return None
-    best = best or offtopic_best(vectors, embed_model, policy)
+    best = best or offtopic_best(vectors, embed_model, policy, user_id=user_id)
     fit = fit_gate(best, margin=noise_margin(policy))
     if fit.refused:
         logger.warning("%s; the gate stays %s", fit.refused, policy.threshold_origin)
-        save_gate_refusal(vectors, policy.relevance, memories)
+        save_gate_refusal(vectors, policy.relevance, memories, user_id)
         return fit
-    save_gate_fit(vectors, policy.relevance, fit.thresholds, memories, today or date.today())
+    save_gate_fit(vectors, policy.relevance, fit.thresholds, memories, today or date.today(),
+                  user_id)
     return fit
 
 
 def due_by_size(metadata: Mapping[str, Any], min_memories: int, memories: int,
-         ratio: float = REFIT_RATIO) -> bool:
-    """Whether a store of ``memories`` with this collection ``metadata`` is due for a fit by
-    its size (:func:`refit_due`)."""
+                ratio: float = REFIT_RATIO, user_id: Optional[str] = None) -> bool:
+    """Whether a store (or ``user_id``'s part of it) of ``memories`` with this collection
+    ``metadata`` is due for a fit by its size (:func:`refit_due`)."""
     if memories < min_memories:
         return False
     if has_saved_policy(metadata):
         return False
     units = index_policy(metadata).relevance
-    tried = [record["memories"] for record in (gate_record(metadata), gate_refusal(metadata))
+    tried = [record["memories"] for record in (gate_record(metadata, user_id),
+                                               gate_refusal(metadata, user_id))
              if record and record.get("relevance") == units]
     return refit_due(memories, max(tried, default=None), min_memories, ratio)
 
@@ -332,8 +342,8 @@ class StoreReads:
         return True
 
 
-_FAILED_FITS: dict[int, set[int]] = {}
-"""Per store object alive in this process, the sizes at which its due fit failed (a store that
+_FAILED_FITS: dict[int, set[tuple[Optional[str], int]]] = {}
+"""Per store object alive in this process, the (user, size) pairs at which a due fit failed (a store that
 cannot save it, a full disk): not tried again until the store's size changes, so a read-only
 store is not fitted at every question."""
 

@@ -36,6 +36,13 @@ GATE_REFUSED_METADATA_KEY = "llama_index_recency.gate_refused"
 """Collection-metadata key: relevance units and store size of the last refused gate fit."""
 
 
+USER_GATES_METADATA_KEY = "llama_index_recency.user_gates"
+"""Collection-metadata key: per user id, ``{"fit": ..., "refused": ...}``, the gate fitted on
+that user's memories alone (records as under :data:`GATE_METADATA_KEY` and
+:data:`GATE_REFUSED_METADATA_KEY`): what ranks their questions, which no other user's
+memories move."""
+
+
 FORGOTTEN_METADATA_KEY = "llama_index_recency.forgotten"
 """Collection-metadata key: per user id, the instant (ISO, UTC) all their memories were last
 forgotten; nothing said before it is written for them (:func:`save_forgotten`)."""
@@ -70,32 +77,56 @@ def save_policy(index: MemoryStore, policy: RecencyPolicy) -> None:
 
 
 def save_gate_fit(index: MemoryStore, relevance: str, thresholds: dict[str, float],
-                  memories: int, fitted_on: date) -> None:
-    """Record the store's own gate fit: per-language ``thresholds`` in ``relevance`` units,
-    fitted on ``memories`` memories on ``fitted_on`` (read by :func:`index_policy`)."""
-    _update_metadata(index, {GATE_METADATA_KEY: {
+                  memories: int, fitted_on: date, user_id: Optional[str] = None) -> None:
+    """Record the store's own gate fit (``user_id``'s: fitted on their memories alone):
+    per-language ``thresholds`` in ``relevance`` units, fitted on ``memories`` memories on
+    ``fitted_on`` (read by :func:`index_policy`)."""
+    _save_gate(index, "fit", GATE_METADATA_KEY, user_id, {
         "relevance": relevance, "thresholds": dict(thresholds), "memories": memories,
         "fitted_on": fitted_on.isoformat(),
-    }})
+    })
 
 
-def save_gate_refusal(index: MemoryStore, relevance: str, memories: int) -> None:
-    """Record that a fit on ``memories`` memories was refused, so the store is not fitted
-    again before it grows as much as after a fit (:func:`gate_record` keeps the last fit)."""
-    _update_metadata(index, {GATE_REFUSED_METADATA_KEY: {
-        "relevance": relevance, "memories": memories}})
+def save_gate_refusal(index: MemoryStore, relevance: str, memories: int,
+                      user_id: Optional[str] = None) -> None:
+    """Record that a fit on ``memories`` memories (``user_id``'s) was refused, so it is not
+    tried again before they grow as much as after a fit (:func:`gate_record` keeps the last
+    fit)."""
+    _save_gate(index, "refused", GATE_REFUSED_METADATA_KEY, user_id,
+               {"relevance": relevance, "memories": memories})
 
 
-def gate_refusal(index: MemoryStore | Mapping[str, Any]) -> Optional[dict[str, Any]]:
-    """The store's last refused gate fit (:func:`save_gate_refusal`), if any; from the store
-    or from its :func:`collection_metadata` already read."""
-    return _record(index, GATE_REFUSED_METADATA_KEY)
+def gate_refusal(index: MemoryStore | Mapping[str, Any],
+                 user_id: Optional[str] = None) -> Optional[dict[str, Any]]:
+    """The store's (or ``user_id``'s) last refused gate fit (:func:`save_gate_refusal`), if
+    any; from the store or from its :func:`collection_metadata` already read."""
+    if user_id is None:
+        return _record(index, GATE_REFUSED_METADATA_KEY)
+    return _user_gate(_metadata_of(index), user_id, "refused")
 
 
-def gate_record(index: MemoryStore | Mapping[str, Any]) -> Optional[dict[str, Any]]:
-    """The store's own gate fit (:func:`save_gate_fit`), if any; from the store or from its
-    :func:`collection_metadata` already read."""
-    return _record(index, GATE_METADATA_KEY)
+def gate_record(index: MemoryStore | Mapping[str, Any],
+                user_id: Optional[str] = None) -> Optional[dict[str, Any]]:
+    """The store's (or ``user_id``'s) own gate fit (:func:`save_gate_fit`), if any; from the
+    store or from its :func:`collection_metadata` already read."""
+    if user_id is None:
+        return _record(index, GATE_METADATA_KEY)
+    return _user_gate(_metadata_of(index), user_id, "fit")
+
+
+def _save_gate(index: MemoryStore, part: str, key: str, user_id: Optional[str],
+               record: dict[str, Any]) -> None:
+    if user_id is None:
+        _update_metadata(index, {key: record})
+        return
+    gates = dict(_record(index, USER_GATES_METADATA_KEY) or {})
+    gates[user_id] = {**(gates.get(user_id) or {}), part: record}
+    _update_metadata(index, {USER_GATES_METADATA_KEY: gates})
+
+
+def _user_gate(metadata: Mapping[str, Any], user_id: str, part: str) -> Optional[dict[str, Any]]:
+    record = ((metadata.get(USER_GATES_METADATA_KEY) or {}).get(user_id) or {}).get(part)
+    return dict(record) if isinstance(record, dict) else None
 
 
 def _record(index: MemoryStore | Mapping[str, Any], key: str) -> Optional[dict[str, Any]]:
@@ -130,12 +161,14 @@ def has_saved_policy(index: MemoryStore | Mapping[str, Any]) -> bool:
     return POLICY_METADATA_KEY in _metadata_of(index)
 
 
-def index_policy(index: MemoryStore | Mapping[str, Any], **overrides: Any) -> RecencyPolicy:
-    """The policy to rank this store with: the one calibrated and saved with it
-    (:func:`save_policy`, origin "explicit"), else the shipped one for its embedding model
-    (``models.CALIBRATED_POLICIES``; else :class:`RecencyPolicy`'s defaults) with the
-    store's own gate fit in the same units (:func:`save_gate_fit`, origin "fitted on N
-    memories on DATE") or as shipped.
+def index_policy(index: MemoryStore | Mapping[str, Any], *, user_id: Optional[str] = None,
+                 **overrides: Any) -> RecencyPolicy:
+    """The policy to rank this store (or ``user_id``'s memories in it) with: the one
+    calibrated and saved with it (:func:`save_policy`, origin "explicit"), else the shipped
+    one for its embedding model (``models.CALIBRATED_POLICIES``; else
+    :class:`RecencyPolicy`'s defaults) with the store's own gate fit in the same units
+    (:func:`save_gate_fit`, origin "fitted on N memories on DATE"; for ``user_id``, the fit
+    on their memories alone, which no other user's memories move) or as shipped.
 
     ``overrides`` (e.g. ``reference_date=...``) are applied on top; a ``threshold`` among
     them is the one for every language (origin "explicit"). ``index`` may also be the
@@ -149,7 +182,7 @@ def index_policy(index: MemoryStore | Mapping[str, Any], **overrides: Any) -> Re
     model = (metadata.get(EMBEDDING_METADATA_KEY) or {}).get("model")
     shipped = CALIBRATED_POLICIES.get(model or "", {})
     saved = metadata.get(POLICY_METADATA_KEY)
-    gate = metadata.get(GATE_METADATA_KEY)
+    gate = gate_record(metadata, user_id)
     if saved is not None:
         # A saved calibration fits the gate and the bonus; the intent and version rules
         # the model ships with (in the same units) still apply.
@@ -169,10 +202,11 @@ def index_policy(index: MemoryStore | Mapping[str, Any], **overrides: Any) -> Re
     return RecencyPolicy(**{**values, **overrides})
 
 
-def policy_records(metadata: Mapping[str, Any]) -> tuple[Any, Any]:
-    """The saved explicit policy and gate fit in a store's :func:`collection_metadata`: a
-    change in either means :func:`index_policy` has changed."""
-    return metadata.get(POLICY_METADATA_KEY), metadata.get(GATE_METADATA_KEY)
+def policy_records(metadata: Mapping[str, Any], user_id: Optional[str] = None
+                   ) -> tuple[Any, Any]:
+    """The saved explicit policy and gate fit (``user_id``'s) in a store's
+    :func:`collection_metadata`: a change in either means :func:`index_policy` has changed."""
+    return metadata.get(POLICY_METADATA_KEY), gate_record(metadata, user_id)
 
 
 def collection_metadata(index: MemoryStore) -> dict[str, Any]:

@@ -288,14 +288,18 @@ def embedding_of(index: VectorStoreIndex) -> BaseEmbedding:
     return index._embed_model
 
 
-def count_memories(index: MemoryStore) -> int:
-    """How many memories the index's collection holds (0 when it does not exist yet)."""
+def count_memories(index: MemoryStore, user_id: Optional[str] = None) -> int:
+    """How many memories the index's collection (or ``user_id``'s part of it) holds (0 when
+    it does not exist yet)."""
     store = vector_store_of(index)
+    scope = memory_scope(user_id=user_id)
     if isinstance(store, QdrantEdgeVectorStore):
-        return store.count()
+        return store.count(scope)
     if not store.client.collection_exists(store.collection_name):
         return 0
-    return store.client.count(store.collection_name, exact=True).count
+    return store.client.count(store.collection_name, exact=True,
+                              count_filter=None if scope is None else to_qdrant_filter(scope)
+                              ).count
 
 
 def get_memories(

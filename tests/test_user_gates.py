@@ -1,0 +1,56 @@
+"""Per-user gates: a store serving several users fits each user's gate on their memories
+alone, so one user's writes never move another user's gate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llama_index_recency import QdrantRecencyRetriever, RecencyMemory
+from llama_index_recency.records.examples import example_memories
+from llama_index_recency.storage import collection_metadata, gate_record, index_policy
+
+QUESTION = "What do I like to drink?"
+
+
+def chatter(count: int, start: int = 0) -> list[tuple[str, str]]:
+    """Everyday turns of many topics, as a raw chat log is: they raise a store's fitted gate."""
+    topics = ["coffee", "the weather", "a movie", "football", "cooking", "the train",
+              "a book", "music", "the office", "a holiday", "the dentist", "shopping"]
+    return [(f"Bob talked about {topics[i % len(topics)]} again today, item {i}.",
+             f"2026-0{1 + i % 8}-{10 + i % 18}") for i in range(start, start + count)]
+
+
+def test_one_users_writes_never_change_another_users_gate(e5, tmp_path: Path) -> None:
+    with RecencyMemory(e5, path=tmp_path / "store", user_id="alice", min_fit_memories=12) as alice:
+        bob = RecencyMemory(index=alice.index, user_id="bob", min_fit_memories=12)
+        alice.add([(n.get_content().split(": ", 1)[1], n.metadata["date"])
+                   for n in example_memories()])  # 16 memories: Alice's own gate is fitted
+        mine = gate_record(alice.index, "alice")
+        assert mine is not None and mine["memories"] == 16
+        before = alice.search(QUESTION)
+        bob.add(chatter(60))  # Bob's 60 memories: his gate and the store's are fitted
+        metadata = collection_metadata(alice.index)
+        assert gate_record(metadata, "alice") == mine
+        assert gate_record(metadata, "bob")["memories"] == 60
+        assert gate_record(metadata)["memories"] == 76  # the store's, for unscoped readers
+        after = alice.search(QUESTION)
+        assert (after.threshold, after.threshold_origin) == (before.threshold,
+                                                            before.threshold_origin)
+        assert index_policy(metadata, user_id="alice").language_thresholds == mine["thresholds"]
+        assert index_policy(metadata, user_id="bob").language_thresholds == gate_record(
+            metadata, "bob")["thresholds"]
+
+
+def test_a_users_retriever_fits_that_users_gate_when_it_is_due(e5, tmp_path: Path) -> None:
+    """Memories written past the memory object (plain writes, another process): the reader
+    of that user fits the user's own gate."""
+    with RecencyMemory(e5, path=tmp_path / "store", min_fit_memories=1000) as memory:
+        memory.add(chatter(30), user_id="bob")
+        assert gate_record(memory.index, "bob") is None
+        retriever = QdrantRecencyRetriever.from_index(memory.index, user_id="bob",
+                                                      min_fit_memories=20)
+        retriever.explain(QUESTION)
+        fit = retriever.wait_for_refit()
+        assert fit is not None and gate_record(memory.index, "bob")["memories"] == 30
+        assert gate_record(memory.index) is None  # the store's own is not the user's
+        assert "fitted on 30 memories" in retriever.explain(QUESTION).threshold_origin
