@@ -71,7 +71,9 @@ def reference_engine(memories: Sequence[NodeWithScore], search: MemorySearch) ->
         if search.term is not None and search.term not in terms(m.node.get_content()):
             return False
         return search.since is None or datetime.fromisoformat(m.node.metadata["date"]) >= search.since
-    return sorted(filter(selected, memories), key=lambda m: -(m.score or 0.0))[: search.limit]
+    chosen = [m for m in filter(selected, memories)
+              if search.min_score is None or (m.score or 0.0) >= search.min_score]
+    return sorted(chosen, key=lambda m: -(m.score or 0.0))[: search.limit]
 
 
 @settings(max_examples=60, deadline=None)

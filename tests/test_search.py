@@ -44,6 +44,7 @@ def reference_engine(memories: Sequence[NodeWithScore], search: MemorySearch) ->
         if (search.since is None or dated_since(m, search.since))
         and (not search.undated_only or not dated_since(m, datetime.min.replace(tzinfo=timezone.utc)))
     ]
+    matching = [m for m in matching if search.min_score is None or (m.score or 0.0) >= search.min_score]
     return sorted(matching, key=lambda m: -(m.score or 0.0))[: search.limit]
 
 

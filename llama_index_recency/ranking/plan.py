@@ -67,6 +67,8 @@ class MemorySearch:
     ``ids`` restricts it to those memories (to score known ones); ``linked`` = (key, ids)
     to the memories whose list under ``key`` names one of ``ids`` (successor links);
     ``term``: only memories holding that term (:mod:`~llama_index_recency.ranking.lexical`);
+    ``min_score``: the engine may leave out memories of a lower cosine (none of them can be
+    kept: the plan needs no node of theirs);
     ``with_vectors``: the results carry their embeddings.
     """
 
@@ -75,6 +77,7 @@ class MemorySearch:
     since: Optional[datetime] = None
     undated_only: bool = False
     term: Optional[str] = None
+    min_score: Optional[float] = None
     ids: Optional[tuple[str, ...]] = None
     linked: Optional[tuple[str, tuple[str, ...]]] = None
     with_vectors: bool = False
@@ -197,6 +200,10 @@ def exact_recency_search(
     """
     floor = candidate_floor(policy)
     bounds = _Bounds(policy, lexical)
+    # The lowest cosine that can still be kept (its words may add lexical_weight): an engine
+    # leaves out what is under it, and a search that comes back short bounds the rest by it.
+    cut = (floor - bounds.weight - SCORE_SLACK if policy.relevance == "cosine"
+           and floor > -math.inf else None)
     if policy.on_missing_date == "raise":
         # A memory without a date anywhere in the window would make the policy raise.
         undated = yield MemorySearch(limit=1, filters=filters, undated_only=True)
@@ -214,10 +221,10 @@ def exact_recency_search(
             if target is None:
                 break  # no search at this limit can lower the bound enough: widen
             if isinstance(target, str):
-                search = MemorySearch(limit=limit, filters=filters, term=target)
+                search = MemorySearch(limit=limit, filters=filters, term=target, min_score=cut)
             else:
                 since = None if target == 0 else _tier_start(reference, bounds.ages[target - 1])
-                search = MemorySearch(limit=limit, filters=filters, since=since)
+                search = MemorySearch(limit=limit, filters=filters, since=since, min_score=cut)
             results = yield search
             for candidate in results:
                 if candidate.node.node_id not in seen:
@@ -228,7 +235,10 @@ def exact_recency_search(
                                                reference)
                     if final is not None and final >= policy.threshold:
                         passing.append(final)
-            kth[target] = bounds.cosine(results[-1]) if len(results) >= limit else -math.inf
+            if len(results) >= limit:
+                kth[target] = bounds.cosine(results[-1])
+            else:  # every member seen, or every one unseen under the cut
+                kth[target] = -math.inf if cut is None else cut
             if bounds.unseen(kth) < _goal(policy, passing):
                 return _rank_window(policy, reference, seen.values(), floor)
         limit *= 4

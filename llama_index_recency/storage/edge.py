@@ -298,7 +298,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """Top ``similarity_top_k`` nodes by exact cosine (``similarities`` are raw cosines),
-        restricted by ``filters``, ``doc_ids`` and ``node_ids``.
+        restricted by ``filters``, ``doc_ids``, ``node_ids`` and ``score_threshold=``.
 
         Raises:
             InvalidInputError: A query that is not a dense one (``mode`` other than
@@ -321,6 +321,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             filter=selection,
             with_payload=True,
             params=edge.SearchParams(exact=True),
+            score_threshold=kwargs.get("score_threshold"),
         )
         with self._edge_calls():
             points = shard.query(request)

@@ -105,8 +105,9 @@ def stored_vectors(store: BasePydanticVectorStore, ids: Sequence[str]) -> dict[s
 def engine_query(
     store: BasePydanticVectorStore, search: MemorySearch, vector: list[float], date_key: str
 ) -> tuple[VectorStoreQuery, dict[str, Any]]:
-    """The engine's form of one search: Edge reads MetadataFilters itself; for
-    qdrant-client they become a Qdrant filter, and the search is exact (no HNSW)."""
+    """The engine's form of one search: Edge reads MetadataFilters itself and leaves out
+    results under ``min_score``; for qdrant-client they become a Qdrant filter, and the
+    search is exact (no HNSW)."""
     filters = search.metadata_filters(date_key)
     ids = None if search.ids is None else list(search.ids)
     if isinstance(store, QdrantVectorStore):
@@ -118,7 +119,8 @@ def engine_query(
     query = VectorStoreQuery(
         query_embedding=vector, similarity_top_k=search.limit, filters=filters, node_ids=ids
     )
-    return query, {}
+    # Edge leaves out what cannot be kept, so no node is built for it.
+    return query, {} if search.min_score is None else {"score_threshold": search.min_score}
 
 
 def payload_indexes(date_key: str) -> list[tuple[str, Any]]:
