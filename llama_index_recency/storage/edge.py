@@ -283,7 +283,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         self._open(self._vector_size)
 
     def count(self, filters: Optional[MetadataFilters] = None) -> int:
-        """How many nodes match ``filters`` (all nodes without), counted exactly.
+        """How many nodes match ``filters`` (all nodes without: the shard's count, no scan).
 
         Raises:
             InvalidInputError: A filter Edge cannot express.
@@ -294,7 +294,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         if shard is None:
             return 0
         with self._edge_calls():
-            return shard.count(edge.CountRequest(exact=True, filter=selection))
+            return (int(shard.info().points_count) if selection is None
+                    else shard.count(edge.CountRequest(exact=True, filter=selection)))
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """Top ``similarity_top_k`` nodes by exact cosine (``similarities`` are raw cosines),
@@ -361,8 +362,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         shard = self._require_open()
         for start in range(0, len(payloads), BATCH):
             chunk = payloads[start : start + BATCH]
-            self._before_write(write_needs([(i, [], p) for i, p in chunk]),
-                               f"to update {len(chunk)} payloads")
+            self._before_write(write_needs([(i, [], p) for i, p in chunk]), "to update payloads")
             with self._edge_calls():
                 for identifier, fields in chunk:
                     assert shard is not None
