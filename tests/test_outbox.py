@@ -36,6 +36,18 @@ def test_a_line_torn_by_a_kill_mid_append_is_dropped_and_the_rest_kept(tmp_path,
     assert "1 unreadable line dropped" in caplog.text
 
 
+def test_a_line_torn_inside_a_character_is_dropped_and_the_rest_kept(tmp_path, caplog) -> None:
+    """A kill mid-append can cut a Japanese character in half: the file is then not UTF-8."""
+    path = tmp_path / "memories.jsonl"
+    path.write_bytes((TEA.to_json() + "\n").encode() + b'{"turns": [["user", "'
+                     + "大".encode()[:2])  # 2 of the character's 3 bytes
+    with caplog.at_level(logging.WARNING, logger="llama_index_recency"):
+        outbox = Outbox(path)
+    assert outbox.claim_orphans() == [TEA]
+    assert path.read_text(encoding="utf-8") == TEA.to_json() + "\n"
+    assert "1 unreadable line dropped" in caplog.text
+
+
 def test_one_outbox_per_file_in_a_process_whose_orphans_are_claimed_once(tmp_path) -> None:
     path = tmp_path / "memories.jsonl"
     Outbox(path).add(TEA)

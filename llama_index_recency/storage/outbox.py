@@ -228,16 +228,16 @@ class Outbox:
         dropped with a warning and the file rewritten without it."""
         if self.path is None or not self.path.exists():
             return []
-        text = self.path.read_text(encoding="utf-8")
+        data = self.path.read_bytes()  # a line torn inside a character is not UTF-8
         bad = 0
-        for line in text.splitlines():
+        for line in data.splitlines():
             try:
-                conversation = Conversation.from_json(line)
-            except (ValueError, KeyError, TypeError):
+                conversation = Conversation.from_json(line.decode("utf-8"))
+            except (ValueError, KeyError, TypeError):  # UnicodeDecodeError is a ValueError
                 bad += 1
                 continue
             self._entries[conversation.id] = conversation
-        if bad or (text and not text.endswith("\n")):
+        if bad or (data and not data.endswith(b"\n")):
             if bad:
                 logger.warning("%s: %d unreadable line%s dropped", self.path, bad,
                                "" if bad == 1 else "s")
