@@ -17,7 +17,7 @@ from llama_index_recency import (
     open_memory_index,
     openai_like_llm,
 )
-from llama_index_recency.errors import FutureMemoryDateError
+from llama_index_recency.errors import FutureMemoryDateError, InvalidInputError
 from llama_index_recency.models.embeddings import EmbeddingAPIError, FallbackEmbedding
 from llama_index_recency.storage import count_memories, get_memories, memory_history
 from llama_index_recency.writing.writer import (
@@ -360,6 +360,16 @@ def test_user_name_with_a_control_character_is_refused_before_the_llm(openai_ser
                                                                      name) -> None:
     with pytest.raises(ValueError, match=re.escape(f"user_name {name!r}")):
         remember(parse_transcript(TRANSCRIPT), memory_index(), llm, memory_date=DAY, user_name=name)
+    assert openai_server.requests == []
+
+
+@pytest.mark.parametrize("user_id", ["", " ", "ta\nro", 123])
+def test_a_user_id_that_cannot_name_a_user_is_refused_before_the_llm(openai_server, llm,
+                                                                   user_id) -> None:
+    """Refused after the LLM call, the conversation would be lost (a final write error)."""
+    with pytest.raises(InvalidInputError, match="user_id"):
+        remember(parse_transcript(TRANSCRIPT), memory_index(), llm, memory_date=DAY,
+                 user_id=user_id)
     assert openai_server.requests == []
 
 

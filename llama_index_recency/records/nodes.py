@@ -106,6 +106,21 @@ class SeveralUsersWarning:
                            self._reader, names)
 
 
+def check_user_id(user_id: object) -> str:
+    """``user_id`` if it can name a user: a non-blank string on one line of printable text.
+
+    Raises:
+        InvalidInputError: It cannot, naming it.
+    """
+    if not isinstance(user_id, str) or not user_id.strip():
+        raise InvalidInputError(f"user_id must be a non-blank string, got {user_id!r}")
+    bad_character = control_character(user_id)
+    if bad_character is not None:
+        raise InvalidInputError(f"user_id {user_id!r} contains the control character "
+                                f"{bad_character!r}; a user id is one line of printable text")
+    return user_id
+
+
 def memory_id(fact: str, memory_date: str, user_id: Optional[str] = None) -> str:
     """Deterministic id from (user,) date and fact, so storing the same memory twice overwrites it.
 
@@ -251,13 +266,7 @@ def memory_node(
         if value is not None and key in extra:
             raise InvalidInputError(f"pass {key} as the {key}= argument or in metadata, not both")
     if user_id is not None:
-        if not isinstance(user_id, str) or not user_id.strip():
-            raise InvalidInputError(f"user_id must be a non-blank string, got {user_id!r}")
-        bad_character = control_character(user_id)
-        if bad_character is not None:
-            raise InvalidInputError(f"user_id {user_id!r} contains the control character "
-                                    f"{bad_character!r}; a user id is one line of printable text")
-        extra[USER_ID_KEY] = user_id
+        extra[USER_ID_KEY] = check_user_id(user_id)
     if supersedes:
         extra[SUPERSEDES_KEY] = supersedes
     # Checked here: a bad link would be stored and only fail when followed or forgotten.

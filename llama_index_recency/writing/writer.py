@@ -34,6 +34,7 @@ from llama_index_recency.records.nodes import (
     SeveralUsersWarning,
     calendar_day,
     check_not_future,
+    check_user_id,
     check_user_name,
     has_subject,
     memory_node,
@@ -136,8 +137,8 @@ def extract_memories(
             and none is valid.
         FutureMemoryDateError: ``memory_date`` is more than one day after today (unless
             ``allow_future=True``); raised before any LLM call.
-        InvalidInputError: ``memory_date`` cannot be read, or ``user_name`` is blank or
-            holds a control character; raised before any LLM call.
+        InvalidInputError: ``memory_date`` cannot be read, or ``user_name`` or ``user_id``
+            is blank or holds a control character; raised before any LLM call.
     """
     job = _Job.start(turns, memory_date, user_name, user_id, prompt, allow_future)
     related = [_related(index, job, part) for part in job.parts]
@@ -350,6 +351,8 @@ class _Job:
             check_not_future(day)  # a FutureMemoryDateError (ValueError), before any LLM call
         if user_name is not None:
             check_user_name(user_name)
+        if user_id is not None:
+            check_user_id(user_id)  # after the LLM call, a refusal would lose the conversation
         parts = [part for part in _parts(turns)
                  if any(turns[n - 1].role == "user" for n in part.turn_numbers)]
         return cls(turns, day, user_name, user_id, prompt, parts)
