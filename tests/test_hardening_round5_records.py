@@ -46,6 +46,16 @@ def test_recency_memory_stores_no_fact_without_a_word(tmp_path: Path) -> None:
         assert memory.get_all() == []
 
 
+@pytest.mark.parametrize("text", [".", "2026-09-01: ?", "  …  "])
+def test_a_node_that_says_nothing_is_refused_as_a_fact_is(tmp_path: Path, text: str) -> None:
+    """A node given as it is (not made by memory_node) meets the same rule."""
+    with RecencyMemory(KnownCosineEmbedding({}), path=tmp_path / "store") as memory:
+        with pytest.raises(InvalidInputError, match="holds no word") as refused:
+            memory.add(TextNode(text=text, metadata={"date": "2026-09-01"}))
+        assert "\n" not in str(refused.value)
+        assert memory.get_all() == []
+
+
 @pytest.mark.parametrize("fact", [
     "猫が好き。", "猫", "꿈", "OK", "Taro is 8.", "Taro's cat: Mugi.", "किताब", "ถูก",
     "ユーザーはコーヒーを飲む。", "Кот.",

@@ -9,6 +9,7 @@ batch fails. Links are only the newer memory's ``supersedes`` (see
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from llama_index_recency.records.nodes import (
     is_memory_id,
     memory_node,
     quoted,
+    says_something,
 )
 from llama_index_recency.storage import (
     MemoryStore,
@@ -62,6 +64,8 @@ from llama_index_recency.twins import in_thread
 
 EMBED_BATCH_SIZE = 16
 """Memories embedded per call: small enough for a device, large enough to batch."""
+
+_LEADING_DAY = re.compile(r"^\s*\d{4}-\d{2}-\d{2}:\s*")
 
 WRITE_BATCH_SIZE = 64
 """Memories stored per write: a failure loses at most one batch's work, never a stored one."""
@@ -226,8 +230,14 @@ def _check_users(nodes: Sequence[BaseNode], stored: dict[str, BaseNode]) -> None
 
 
 def _check_texts(nodes: Sequence[BaseNode], stored: dict[str, BaseNode]) -> None:
-    """Refuse storing other text under a stored memory's id: the old fact would be lost."""
+    """Refuse storing other text under a stored memory's id (the old fact would be lost),
+    and a new node that says nothing ("." or "?", given as a node rather than a fact)."""
     for node in nodes:
+        if node.node_id not in stored and not says_something(
+                _LEADING_DAY.sub("", node.get_content(), count=1)):
+            raise InvalidInputError(
+                f"memory {node.node_id}'s text {quoted(node.get_content(), 60)} holds no word; "
+                "a memory says something in at least one word")
         old = stored.get(node.node_id)
         if old is not None and old.get_content() != node.get_content():
             raise InvalidInputError(
