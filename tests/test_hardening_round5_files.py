@@ -113,14 +113,17 @@ def test_a_server_url_that_cannot_be_parsed_is_a_bad_url_naming_it(capsys) -> No
 
 
 @pytest.mark.parametrize("argv", [["demo", "--top-k", "-5"], ["demo", "--top-k", "0"],
-                                  ["calibrate", "--top-k", "0"]], ids=["-5", "0", "calibrate"])
-def test_top_k_below_one_is_refused_at_parse_time(argv: list[str], capsys) -> None:
+                                  ["calibrate", "--top-k", "0"],
+                                  ["demo", "--top-k", "99999999999999999999"],
+                                  ["demo", "--top-k", "10001"]],
+                         ids=["-5", "0", "calibrate", "overflow", "above-the-cap"])
+def test_top_k_outside_one_to_the_cap_is_refused_at_parse_time(argv: list[str], capsys) -> None:
     assert main(argv, embed_model=KnownCosineEmbedding({})) == 2
     captured = capsys.readouterr()
     assert captured.out == ""  # nothing ran
     assert error_line(captured.err) == (
-        f"error: llama-index-recency {argv[0]}: argument --top-k: expected a whole number of "
-        f"at least 1, got {argv[2]!r} (see --help)")
+        f"error: llama-index-recency {argv[0]}: argument --top-k: expected a whole number "
+        f"from 1 to 10000, got {argv[2]!r} (see --help)")
 
 
 @pytest.mark.parametrize("option, value, reason", [

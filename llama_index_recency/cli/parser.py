@@ -367,13 +367,18 @@ def _seconds(value: str) -> float:
     return seconds
 
 
+MAX_TOP_K = 10_000
+"""Most candidates a question takes (an engine's limit is a machine integer)."""
+
+
 def _positive_int(value: str) -> int:
     try:
         number = int(value)
     except ValueError:
         number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value!r}")
+    if not 1 <= number <= MAX_TOP_K:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from 1 to {MAX_TOP_K}, got {value!r}")
     return number
 
 
