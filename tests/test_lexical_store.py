@@ -154,3 +154,40 @@ def test_with_the_words_the_seeds_newer_coffee_still_leads_and_the_table_shows_t
     assert "| Words |" in ranking.to_table()
     memory.policy = memory.policy.model_copy(update={"lexical_weight": 0.0})
     assert "| Words |" not in memory.search("How do I take my coffee again?").to_table()
+
+
+def test_the_postprocessor_from_the_index_ranks_with_the_words_as_the_retriever(
+        e5, tmp_path) -> None:
+    """On an existing index: its top-8 candidates (all eight memories here) re-ranked by the
+    postprocessor with the store's whole policy and the words equal the exact retriever's
+    answer with the same policy."""
+    from llama_index_recency import RecencyBonusPostprocessor, index_policy
+
+    index = open_memory_index(e5, path=tmp_path / "store")
+    insert_memories(index, [memory_node(fact, day) for fact, day in FACTS])
+    options = {"threshold": -1e9, "top_n": 4, "lexical_weight": 0.3,
+               "reference_date": TODAY.isoformat()}
+    recency = RecencyBonusPostprocessor.from_index(index, **options)
+    retriever = QdrantRecencyRetriever.from_index(index, index_policy(index, **options))
+    checked = [q for q in QUESTIONS if margin(e5, q) > 1e-3]
+    assert len(checked) >= 4
+    lifted = 0
+    for question in checked:
+        candidates = index.as_retriever(similarity_top_k=8).retrieve(question)
+        explained = recency.explain(candidates, QueryBundle(question))
+        lifted += any(row.lexical > 0 for row in explained.rows)
+        assert [n.node.node_id for n in explained.nodes] == [
+            n.node.node_id for n in retriever.retrieve(QueryBundle(question))], question
+    assert lifted >= 3  # the words moved something
+
+
+def test_a_postprocessor_with_the_words_but_no_store_says_how_to_make_one(e5) -> None:
+    from llama_index.core.schema import NodeWithScore
+
+    from llama_index_recency import RecencyBonusPostprocessor
+    from llama_index_recency.errors import InvalidInputError
+
+    recency = RecencyBonusPostprocessor(lexical_weight=0.1)
+    node = NodeWithScore(node=memory_node(*FACTS[0]), score=0.9)
+    with pytest.raises(InvalidInputError, match="from_index"):
+        recency.postprocess_nodes([node], query_bundle=QueryBundle("Who is Kuro?"))

@@ -14,6 +14,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.models.cohort import relevance_cohort
 from llama_index_recency.querying.gate import STORE_CHECK_SECONDS, StoreReads
+from llama_index_recency.ranking.lexical import LexicalQuery, question_terms, with_lexical_parts
 from llama_index_recency.ranking.news import about_the_news
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.ranked import RecencyRanking
@@ -26,6 +27,7 @@ from llama_index_recency.storage import (
     index_policy,
     policy_records,
     stored_vectors,
+    term_counts,
     vector_store_of,
 )
 
@@ -122,7 +124,8 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
 
         Raises:
             InvalidInputError: With ``relevance='cohort'``, no ``query_bundle`` to scale by;
-                or a candidate without a finite similarity score.
+                with ``lexical_weight``, no question or no store (:meth:`from_index`); or a
+                candidate without a finite similarity score.
             MemoryDateError: A candidate without a usable date, with
                 ``on_missing_date='raise'``.
         """
@@ -130,13 +133,38 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         policy = self if query_bundle is None else self.for_question(query_bundle.query_str)
         if self.relevance == "cohort":
             nodes = self._cohort_scaled(nodes, query_bundle)
+        lexical = self._lexical(query_bundle)
+        if lexical is not None:
+            nodes = [NodeWithScore(node=n.node, score=(n.score or 0.0) + self.lexical_weight
+                                   * lexical.share_of(n.node)) for n in nodes]
         reference = policy.reference()
-        ranking = policy.rank(nodes, reference)
+        ranking = with_lexical_parts(policy.rank(nodes, reference), lexical, self.lexical_weight)
         if query_bundle is not None:
             ranking = self.asked(ranking, query_bundle.query_str)
         if policy.supersede_margin is not None:
-            ranking = newer_versions_first(ranking, self._with_vectors(nodes), policy, reference)
+            part = None if lexical is None else (
+                lambda node_id: self.lexical_weight * lexical.shares.get(node_id, 0.0))
+            ranking = newer_versions_first(ranking, self._with_vectors(nodes), policy, reference,
+                                           lexical_part=part)
         return ranking if query_bundle is None else about_the_news(ranking, query_bundle.query_str)
+
+    def _lexical(self, query_bundle: Optional[QueryBundle]) -> Optional[LexicalQuery]:
+        """With ``lexical_weight``, the question's terms weighed in the store (from
+        :meth:`from_index`, one count per term); None without the signal or terms.
+
+        Raises:
+            InvalidInputError: ``lexical_weight`` set without the question or without the
+                store to weigh its terms in.
+        """
+        if self.lexical_weight == 0.0:
+            return None
+        if query_bundle is None or self._store is None:
+            raise InvalidInputError(
+                "lexical_weight needs the question and the store's term counts: make the "
+                "postprocessor with RecencyBonusPostprocessor.from_index(index) and give it "
+                "the query")
+        asked = question_terms(query_bundle.query_str)
+        return LexicalQuery.from_counts(*term_counts(self._store, asked, None)) if asked else None
 
     def _follow_store(self) -> None:
         """From :meth:`from_index`: adopt the store's policy when its saved records changed
