@@ -74,3 +74,21 @@ def test_the_event_names_the_intent_and_the_newer_version_placed_first(collected
     assert [(row.node_id, row.verdict) for row in event.rows[:2]] == [
         (cafe, f"kept; newer version of {black}"), (black, f"kept; older version, below {cafe}")]
     assert [n.node.node_id for n in nodes] == [cafe, black]
+
+
+def test_no_event_is_built_when_no_handler_listens(retriever, monkeypatch) -> None:
+    """Building the event (a row per candidate, the policy) costs time no one uses."""
+    from llama_index_recency.ranking import events
+
+    built: list[object] = []
+    monkeypatch.setattr(events, "MemoryRankingEvent",
+                        lambda **fields: built.append(fields))  # would be dispatched
+    assert not events.listening()
+    retriever.retrieve(QUERY)
+    assert built == []
+
+
+def test_a_handler_on_the_root_dispatcher_listens(collected) -> None:
+    from llama_index_recency.ranking import events
+
+    assert events.listening()

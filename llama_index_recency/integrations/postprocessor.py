@@ -140,7 +140,7 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         reference = policy.reference()
         ranking = with_lexical_parts(policy.rank(nodes, reference), lexical, self.lexical_weight)
         if query_bundle is not None:
-            ranking = self.asked(ranking, query_bundle.query_str)
+            ranking = self.asked(ranking, query_bundle.query_str, policy)
         if policy.supersede_margin is not None:
             part = None if lexical is None else (
                 lambda node_id: self.lexical_weight * lexical.shares.get(node_id, 0.0))

@@ -39,7 +39,7 @@ from llama_index_recency.querying.gate import (
     due_by_size,
     refit_store_gate,
 )
-from llama_index_recency.ranking.events import dispatch_ranking
+from llama_index_recency.ranking.events import dispatch_ranking, listening
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.ranked import RecencyRanking
 from llama_index_recency.ranking.vague import VAGUE_WINDOW_DAYS
@@ -187,7 +187,8 @@ class QdrantRecencyRetriever(BaseRetriever):
         """
         bundle = _bundle(query)
         ranking = self._explain(bundle)
-        dispatch_ranking(self._search.policy.for_question(bundle.query_str), ranking)
+        if listening():
+            dispatch_ranking(self._search.policy.for_question(bundle.query_str), ranking)
         return ranking
 
     async def aexplain(self, query: QueryType) -> RecencyRanking:
@@ -201,7 +202,8 @@ class QdrantRecencyRetriever(BaseRetriever):
         """
         bundle = _bundle(query)
         ranking = await self._aexplain(bundle)
-        dispatch_ranking(self._search.policy.for_question(bundle.query_str), ranking)
+        if listening():
+            dispatch_ranking(self._search.policy.for_question(bundle.query_str), ranking)
         return ranking
 
     def _explain(self, bundle: QueryBundle) -> RecencyRanking:

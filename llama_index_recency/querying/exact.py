@@ -152,7 +152,7 @@ class ExactSearch:
         reference = policy.reference()
         ranking = yield from exact_recency_search(policy, reference, self.filters,
                                                   lexical=lexical)
-        ranking = self.policy.asked(ranking, bundle.query_str)
+        ranking = self.policy.asked(ranking, bundle.query_str, policy)
         ranking = with_lexical_parts(ranking, lexical, policy.lexical_weight)
         part = None if lexical is None else (
             lambda node_id: policy.lexical_weight * lexical.shares.get(node_id, 0.0))

@@ -8,10 +8,11 @@ shown, unrounded: the same rows as ``explain()``.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from llama_index.core.bridge.pydantic import BaseModel, Field
 from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.event_handlers import NullEventHandler
 from llama_index.core.instrumentation.events.base import BaseEvent
 
 from llama_index_recency.ranking.intent import Intent
@@ -53,6 +54,17 @@ class MemoryRankingEvent(BaseEvent):
     @classmethod
     def class_name(cls) -> str:
         return "MemoryRankingEvent"
+
+
+def listening() -> bool:
+    """Whether any handler (but LlamaIndex's default null one) would see an event of this
+    module's dispatcher or a parent's it propagates to: without one, no event is built."""
+    current: Optional[Any] = dispatcher
+    while current is not None:
+        if any(not isinstance(h, NullEventHandler) for h in current.event_handlers):
+            return True
+        current = current.parent if current.propagate else None
+    return False
 
 
 def dispatch_ranking(policy: RecencyPolicy, ranking: RecencyRanking) -> None:

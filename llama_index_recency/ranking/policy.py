@@ -271,13 +271,15 @@ class RecencyPolicy(OneLineValidation, BaseModel):
             return None
         return nearest_language(language, self.language_thresholds)
 
-    def asked(self, ranking: RecencyRanking, text: str) -> RecencyRanking:
+    def asked(self, ranking: RecencyRanking, text: str,
+              chosen: Optional["RecencyPolicy"] = None) -> RecencyRanking:
         """``ranking`` of the question ``text`` labelled with its intent, language and the
-        threshold it met (:meth:`for_question`) and where that came from."""
+        threshold it met (that of ``chosen``, its :meth:`for_question` when the caller has
+        it already) and where that came from."""
         language = question_language(text)
         return replace(ranking, intent=question_intent(text), language=language,
                        threshold_language=self.threshold_language(language),
-                       threshold=self.for_question(text).threshold,
+                       threshold=(chosen or self.for_question(text)).threshold,
                        threshold_origin=self.threshold_origin)
 
     def for_intent(self, intent: Intent) -> "RecencyPolicy":
