@@ -54,3 +54,35 @@ def test_a_users_retriever_fits_that_users_gate_when_it_is_due(e5, tmp_path: Pat
         assert fit is not None and gate_record(memory.index, "bob")["memories"] == 30
         assert gate_record(memory.index) is None  # the store's own is not the user's
         assert "fitted on 30 memories" in retriever.explain(QUESTION).threshold_origin
+
+
+def test_a_write_for_a_user_refits_that_users_gate(e5, tmp_path: Path) -> None:
+    from llama_index_recency.querying.gate import refit_after_write
+
+    with RecencyMemory(e5, path=tmp_path / "store", min_fit_memories=1000) as memory:
+        memory.add(chatter(25), user_id="bob")  # no fit: the object's size is 1000
+        assert gate_record(memory.index, "bob") is None
+        refit_after_write(memory.index, min_memories=20, users=["bob", None, "bob"])
+        assert gate_record(memory.index, "bob")["memories"] == 25
+        assert gate_record(memory.index)["memories"] == 25
+
+
+def test_a_bank_questions_gate_score_is_what_it_scores_when_asked(e5, tmp_path: Path) -> None:
+    """The fit asks each bank question as a question (query-embedded), and records a
+    question about the present less its threshold's rise."""
+    from llama_index_recency.querying.gate import offtopic_best
+
+    with RecencyMemory(e5, path=tmp_path / "store") as memory:
+        memory.add(chatter(12), user_id="bob")
+        policy = index_policy(memory.index, reference_date="2026-09-10")
+        open_gate = policy.model_copy(update={"threshold": -1e9, "top_n": 1,
+                                              "supersede_margin": None})
+        retriever = QdrantRecencyRetriever.from_index(memory.index, open_gate)
+        for question in ("Tell me a joke.", "What do I watch these days?"):
+            (best,) = offtopic_best(memory.index.vector_store, e5, policy,
+                                    questions={"en": [question]})["en"]
+            (node,) = retriever.retrieve(question)
+            rise = policy.for_question(question).threshold - policy.for_question(
+                "Tell me a joke.").threshold
+            assert abs(best - ((node.score or 0.0) - rise)) < 1e-4, question  # float16 bank
+        assert policy.for_question("What do I watch these days?").threshold > policy.threshold
