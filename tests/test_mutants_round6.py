@@ -260,6 +260,7 @@ def by_cosine(memories: list[NodeWithScore], search: MemorySearch) -> list[NodeW
         for m in memories
         if (search.term is None or search.term in terms(m.node.get_content()))
         and (search.since is None or parse_memory_date(m.node.metadata["date"]) >= search.since)
+        and (search.min_score is None or (m.score or 0.0) >= search.min_score)
     ]
     return sorted(selected, key=lambda m: -(m.score or 0.0))[: search.limit]
 
@@ -292,6 +293,31 @@ def test_a_word_whose_every_holder_was_already_returned_costs_no_search_by_that_
         ranking = done.value
     assert [search.term for search in asked] == [None] * len(asked)
     assert [n.node.node_id for n in ranking.nodes] == ["m0000", "m0001", "m0002"]
+
+
+def test_a_memory_holding_the_questions_word_far_down_by_cosine_costs_one_search_by_it() -> None:
+    """The only memory holding "keyboard" sits below sixty others by cosine, yet the words
+    lift it to the top: one search by the word finds it, no search is widened."""
+    memories = [
+        worded(i, 0.80 - 0.002 * i, "2026-08-20", f"Taro walked {i} kilometres by the river.")
+        for i in range(60)
+    ] + [worded(60, 0.60, "2026-09-01", "Taro bought a mechanical keyboard.")]
+    policy = RecencyPolicy(
+        weight=0.05, tau_days=14, threshold=0.8, lexical_weight=0.3, reference_date="2026-09-10"
+    )
+    query = LexicalQuery.from_counts(len(memories), {"keyboard": 1})
+    plan = fused(exact_recency_search(policy, policy.reference(), lexical=query), query, 0.3)
+    asked = []
+    try:
+        search = next(plan)
+        while True:
+            asked.append(search)
+            search = plan.send(by_cosine(memories, search))
+    except StopIteration as done:
+        ranking = done.value
+    assert [n.node.node_id for n in ranking.nodes][0] == "m0060"
+    assert "keyboard" in [search.term for search in asked]
+    assert max(search.limit for search in asked) == 16
 
 
 # --- newer versions ------------------------------------------------------------------------------
