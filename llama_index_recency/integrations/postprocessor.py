@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any, List, Optional
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -143,7 +144,7 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
             ranking = self.asked(ranking, query_bundle.query_str, policy)
         if policy.supersede_margin is not None:
             part = None if lexical is None else (
-                lambda node_id: self.lexical_weight * lexical.shares.get(node_id, 0.0))
+                partial(lexical.part, weight=self.lexical_weight))
             ranking = newer_versions_first(ranking, self._with_vectors(nodes), policy, reference,
                                            lexical_part=part)
         return ranking if query_bundle is None else about_the_news(ranking, query_bundle.query_str)

@@ -9,6 +9,7 @@ convention wherever there is I/O to plan (docs/architecture.md).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import List, Optional
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -155,7 +156,7 @@ class ExactSearch:
         ranking = self.policy.asked(ranking, bundle.query_str, policy)
         ranking = with_lexical_parts(ranking, lexical, policy.lexical_weight)
         part = None if lexical is None else (
-            lambda node_id: policy.lexical_weight * lexical.shares.get(node_id, 0.0))
+            partial(lexical.part, weight=policy.lexical_weight))
         ranking = yield from with_newer_versions(ranking, policy, reference, self.filters, part)
         ranking = yield from with_successors(ranking, policy, reference, self.filters)
         if self._vague_window_days is not None and is_vague_reference(bundle.query_str):

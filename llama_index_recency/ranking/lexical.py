@@ -126,10 +126,9 @@ class LexicalQuery:
         holds = set(memory_terms)
         return sum(weight for term, weight in self.weights.items() if term in holds) / total
 
-    @property
-    def shares(self) -> Mapping[str, float]:
-        """The shares computed so far, by memory id (every memory a search returned)."""
-        return self._shares
+    def part(self, node_id: str, weight: float) -> float:
+        """``weight`` times the share of a memory a search returned (0 for any other)."""
+        return weight * self._shares.get(node_id, 0.0)
 
     def share_of(self, node: BaseNode) -> float:
         """:meth:`share` for a memory's text (computed once per memory and question)."""
@@ -143,7 +142,7 @@ def with_lexical_parts(ranking: RecencyRanking, lexical: Optional[LexicalQuery],
     """``ranking`` with each row's lexical part recorded (what ``explain()`` shows)."""
     if lexical is None or weight == 0.0:
         return ranking
-    parts = [weight * lexical.shares.get(row.node_id, 0.0) for row in ranking.rows]
+    parts = [lexical.part(row.node_id, weight) for row in ranking.rows]
     return replace(ranking, rows=tuple(
         row if part == row.lexical else replace(row, lexical=part)
         for row, part in zip(ranking.rows, parts, strict=True)))
