@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from pathlib import Path
 
@@ -48,6 +49,28 @@ def test_a_store_that_cannot_save_its_due_fit_is_fitted_once_per_size(
     retriever.explain(QUESTION)
     retriever.wait_for_refit()
     assert len(fits) == 2  # the store changed: tried again
+
+
+def test_a_failed_fit_is_forgotten_with_its_store_object(
+        e5, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fit that failed is remembered per store object, by its id: once the object is gone
+    the record goes too, so a new store object that Python gives the same id is fitted."""
+
+    def read_only(*args: object, **kwargs: object) -> None:
+        raise MemoryStoreReadOnlyError("the store at x is on a read-only filesystem")
+
+    monkeypatch.setattr(gate, "save_gate_fit", read_only)
+    index = open_memory_index(e5, path=tmp_path / "store")
+    index.insert_nodes([memory_node(fact, day) for fact, day in facts(4)])
+    retriever = QdrantRecencyRetriever.from_index(index, min_fit_memories=4)
+    retriever.explain(QUESTION)
+    retriever.wait_for_refit()
+    store_id = id(index.vector_store)
+    assert store_id in gate._FAILED_FITS
+    index.vector_store.close()
+    del index, retriever
+    gc.collect()
+    assert store_id not in gate._FAILED_FITS
 
 
 def test_the_package_own_fit_does_not_warn_about_several_users(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from llama_index_recency import QdrantRecencyRetriever, RecencyMemory
+from llama_index_recency.querying.gate import offtopic_best, refit_after_write
 from llama_index_recency.records.examples import example_memories
 from llama_index_recency.storage import collection_metadata, gate_record, index_policy
 
@@ -57,8 +58,6 @@ def test_a_users_retriever_fits_that_users_gate_when_it_is_due(e5, tmp_path: Pat
 
 
 def test_a_write_for_a_user_refits_that_users_gate(e5, tmp_path: Path) -> None:
-    from llama_index_recency.querying.gate import refit_after_write
-
     with RecencyMemory(e5, path=tmp_path / "store", min_fit_memories=1000) as memory:
         memory.add(chatter(25), user_id="bob")  # no fit: the object's size is 1000
         assert gate_record(memory.index, "bob") is None
@@ -70,8 +69,6 @@ def test_a_write_for_a_user_refits_that_users_gate(e5, tmp_path: Path) -> None:
 def test_a_bank_questions_gate_score_is_what_it_scores_when_asked(e5, tmp_path: Path) -> None:
     """The fit asks each bank question as a question (query-embedded), and records a
     question about the present less its threshold's rise."""
-    from llama_index_recency.querying.gate import offtopic_best
-
     with RecencyMemory(e5, path=tmp_path / "store") as memory:
         memory.add(chatter(12), user_id="bob")
         policy = index_policy(memory.index, reference_date="2026-09-10")
@@ -86,3 +83,18 @@ def test_a_bank_questions_gate_score_is_what_it_scores_when_asked(e5, tmp_path: 
                 "Tell me a joke.").threshold
             assert abs(best - ((node.score or 0.0) - rise)) < 1e-4, question  # float16 bank
         assert policy.for_question("What do I watch these days?").threshold > policy.threshold
+
+
+def test_the_fit_scores_every_bank_question_whatever_the_language_thresholds(
+        e5, tmp_path: Path) -> None:
+    """The fit reads each bank question's best score under an open gate: a policy whose
+    per-language thresholds are above every score still gets a score per question."""
+    with RecencyMemory(e5, path=tmp_path / "store") as memory:
+        memory.add(chatter(12), user_id="bob")
+        policy = index_policy(memory.index, reference_date="2026-09-10")
+        asked = {"en": ["Tell me a joke.", "How far is the moon?"], "ja": ["冗談を言って。"]}
+        closed = policy.model_copy(update={"language_thresholds": {"en": 0.99, "ja": 0.99}})
+        best = offtopic_best(memory.index.vector_store, e5, closed, questions=asked)
+        assert {lang: len(scores) for lang, scores in best.items()} == {"en": 2, "ja": 1}
+        assert all(score < 0.99 for scores in best.values() for score in scores)
+        assert best == offtopic_best(memory.index.vector_store, e5, policy, questions=asked)

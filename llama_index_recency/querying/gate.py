@@ -200,8 +200,7 @@ def offtopic_best(
         store, embed_model,
         # Every memory passes and no newer version is moved first; a linked successor may
         # still be, so the best final score is taken over all nodes returned.
-        policy.model_copy(update={"threshold": _OPEN, "top_n": 1, "language_thresholds": {},
-                                  "supersede_margin": None}),
+        policy.model_copy(update={"threshold": _OPEN, "top_n": 1, "supersede_margin": None}),
         filters=memory_scope(user_id=user_id, filters=filters),
         vague_window_days=VAGUE_WINDOW_DAYS,
     )
@@ -300,8 +299,6 @@ def due_by_size(metadata: Mapping[str, Any], min_memories: int, memories: int,
                 ratio: float = REFIT_RATIO, user_id: Optional[str] = None) -> bool:
     """Whether a store (or ``user_id``'s part of it) of ``memories`` with this collection
     ``metadata`` is due for a fit by its size (:func:`refit_due`)."""
-    if memories < min_memories:
-        return False
     if has_saved_policy(metadata):
         return False
     units = index_policy(metadata).relevance
@@ -383,4 +380,5 @@ class Refit:
         try:
             self.fit = self._run()
         except Exception as error:  # noqa: BLE001 - a refit never breaks a turn
-            logger.warning("the gate was not refitted: %s: %s", type(error).__name__, error)
+            # Text, not the error: a handler keeping records would keep its traceback's store.
+            logger.warning("the gate was not refitted: %s", f"{type(error).__name__}: {error}")
