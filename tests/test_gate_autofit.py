@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from datetime import date
 from pathlib import Path
 
@@ -27,9 +28,10 @@ from llama_index_recency import (
 )
 from llama_index_recency.cli import main
 from llama_index_recency.models.cohort import cohort_texts
+from llama_index_recency.querying import gate
 from llama_index_recency.querying.gate import fit_gate, refit_gate
 from llama_index_recency.ranking.language import nearest_language, question_language
-from llama_index_recency.storage import gate_record, save_policy
+from llama_index_recency.storage import gate_record, save_gate_fit, save_policy
 
 from conftest import ToolCall
 
@@ -263,6 +265,36 @@ def test_a_server_store_is_read_once_per_interval(
 def test_a_refused_store_check_interval_is_one_line_naming_it(e5, seconds) -> None:
     with pytest.raises(RecencyError, match=f"check_store_every must be >= 0 seconds, got {seconds!r}"):
         QdrantRecencyRetriever.from_index(open_memory_index(e5), check_store_every=seconds)
+
+
+def test_a_check_refits_only_a_gate_that_lets_too_much_in(e5, tmp_path) -> None:
+    """``check``: a store not due by its size is refitted when its gate lets more of the
+    bank in than the fit's share, and left alone when it does not."""
+    with RecencyMemory(e5, path=tmp_path / "store", min_fit_memories=4) as memory:
+        memory.add(facts(4))
+        fitted = gate_record(memory.index)
+        assert fitted is not None
+        assert refit_gate(memory.index, min_memories=4, check=True) is None
+        assert gate_record(memory.index) == fitted
+        save_gate_fit(memory.index, "cosine", {"en": 0.5, "ja": 0.5}, 4, date(2026, 9, 10))
+        fit = refit_gate(memory.index, min_memories=4, check=True)
+        assert fit is not None and gate_record(memory.index)["thresholds"] == fit.thresholds
+        assert min(fit.thresholds.values()) > 0.5
+
+
+def test_a_due_fit_runs_beside_the_question_not_in_it(e5, tmp_path, monkeypatch) -> None:
+    """A plain-written store's first question starts its gate fit on another thread: the
+    question does not wait seconds for it."""
+    threads: list[threading.Thread] = []
+    real = gate.offtopic_best
+    monkeypatch.setattr(gate, "offtopic_best",
+                        lambda *a, **k: threads.append(threading.current_thread()) or real(*a, **k))
+    index = open_memory_index(e5, path=tmp_path / "store")
+    index.insert_nodes([memory_node(fact, day) for fact, day in facts(4)])
+    retriever = QdrantRecencyRetriever.from_index(index, min_fit_memories=4)
+    retriever.explain(QUESTION)
+    assert retriever.wait_for_refit() is not None
+    assert threads and threads[0] is not threading.current_thread()
 
 
 # --- an explicit policy wins ----------------------------------------------------------------
