@@ -27,7 +27,7 @@ def rankings(minilm):
     shipped = CALIBRATED_POLICIES[MINILM_EMBEDDING]
     assert (policy.weight, policy.tau_days, policy.threshold) == (
         shipped["weight"], shipped["tau_days"], shipped["threshold"])
-    postprocessor = RecencyBonusPostprocessor(**dict(policy))
+    postprocessor = RecencyBonusPostprocessor(**dict(policy))  # on the vectors Edge returns
     return {q.id: postprocessor.explain(retriever.retrieve(q.text)) for q in example_questions()}
 
 
@@ -47,17 +47,19 @@ def test_hit_free_questions_put_no_memory_in_the_prompt(rankings) -> None:
         assert rankings[question].nodes == (), question
 
 
-def test_hit_questions_find_their_memory_first(rankings) -> None:
-    assert kept_keys(rankings["H1"])[0] == "favorite_food"
-    assert kept_keys(rankings["H3"])[0] == "hot_spring"
+def test_hit_questions_bring_their_memory_into_the_prompt(rankings) -> None:
+    """A newer memory MiniLM pairs with it as a version (the typhoon on the way back from
+    the hot spring) may lead it; the memory asked about is in the prompt."""
+    assert "favorite_food" in kept_keys(rankings["H1"])
+    assert "hot_spring" in kept_keys(rankings["H3"])
     assert kept_keys(rankings["H4"])[0] == "keyboard"
 
 
-def test_contradictions_with_the_policy_measured_on_real_conversations(rankings) -> None:
-    """C2's newer evening walks reach the prompt; C1's café au lait (raw ~0.25) stays under
-    the threshold: MiniLM needs a bonus that lost 3.8 points of LoCoMo recall@5 to reach it."""
+def test_contradictions_bring_the_newer_version_first(rankings) -> None:
+    """C2's newer evening walks reach the prompt; C1's café au lait (raw ~0.25, under the
+    threshold on its own) enters as the newer version of the black coffee, before it."""
     assert "walk_evening" in kept_keys(rankings["C2"])
-    assert kept_keys(rankings["C1"]) == ["coffee_black"]
+    assert kept_keys(rankings["C1"]) == ["cafe_au_lait", "coffee_black"]
 
 
 def test_bonus_matches_the_memory_age(rankings) -> None:

@@ -18,7 +18,7 @@ from llama_index_recency import (
     open_memory_index,
 )
 from llama_index_recency.ranking.policy import MemoryDateError
-from llama_index_recency.storage import save_gate_fit
+from llama_index_recency.storage import save_gate_fit, stored_vectors
 
 from conftest import KnownCosineEmbedding, cosines_for
 
@@ -371,20 +371,27 @@ def counted_index(e5, tmp_path):
     return index, embed
 
 
-def test_from_index_ranks_with_the_store_policy_and_embeds_no_memory(counted_index) -> None:
+def test_from_index_ranks_with_the_store_policy_and_embeds_no_memory(
+        counted_index, monkeypatch: pytest.MonkeyPatch) -> None:
     """The headline path: a plain top-8 retriever, then the postprocessor on the same index.
-    It ranks with the store's policy (newer versions first included), and reads the
-    candidates' vectors from the store: not one memory is embedded during a question."""
+    It ranks with the store's policy (newer versions first included) on the vectors Edge
+    returned with the candidates: not one memory embedded, no second read of the store."""
+    from llama_index_recency.integrations import postprocessor
+
     index, embed = counted_index
+    reads: list[int] = []
+    monkeypatch.setattr(postprocessor, "stored_vectors",
+                        lambda store, ids: reads.append(len(ids)) or {})
     recency = RecencyBonusPostprocessor.from_index(index, reference_date=SEED_TODAY)
     shipped = index_policy(index, reference_date=SEED_TODAY)
     assert recency.threshold == shipped.threshold
     assert recency.language_thresholds == shipped.language_thresholds
     assert recency.supersede_margin == shipped.supersede_margin is not None
     candidates = index.as_retriever(similarity_top_k=8).retrieve("How do I take my coffee these days?")
-    assert all(not n.node.embedding for n in candidates)  # LlamaIndex returns payloads only
+    stored = stored_vectors(index.vector_store, [n.node.node_id for n in candidates])
+    assert all(n.node.embedding == stored[n.node.node_id] for n in candidates)
     ranking = recency.explain(candidates, QueryBundle("How do I take my coffee these days?"))
-    assert embed.texts == 0
+    assert embed.texts == 0 and reads == []
     assert ranking.rows[0].text.endswith("sweet café au lait lately.")  # the newer version
 
 
@@ -392,11 +399,43 @@ def test_from_index_adopts_a_gate_saved_after_it_was_made(counted_index) -> None
     index, _ = counted_index
     recency = RecencyBonusPostprocessor.from_index(index, reference_date=SEED_TODAY)
     assert recency.threshold_origin == "shipped"
+    assert recency.explain([], QueryBundle("coffee?")).threshold == 0.818  # e5's shipped en
     save_gate_fit(index, "cosine", {"en": 0.5, "ja": 0.6}, 3, date(2026, 9, 10))
-    recency.explain(index.as_retriever(similarity_top_k=8).retrieve("coffee?"),
-                    QueryBundle("coffee?"))
+    ranking = recency.explain(index.as_retriever(similarity_top_k=8).retrieve("coffee?"),
+                              QueryBundle("coffee?"))
     assert recency.language_thresholds == {"en": 0.5, "ja": 0.6}
+    assert ranking.threshold == 0.5  # the question met the adopted gate
     assert recency.reference_date == SEED_TODAY  # the override stays
+
+
+def test_from_index_reads_an_edge_stores_records_only_when_they_changed(
+        counted_index, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing on the question path grows with the store: the records (every user's gate
+    among them) are read again only after a write changed the store's metadata or size."""
+    from llama_index_recency.integrations import postprocessor
+
+    index, _ = counted_index
+    reads: list[int] = []
+    real = postprocessor.collection_metadata
+    monkeypatch.setattr(postprocessor, "collection_metadata",
+                        lambda store: reads.append(1) or real(store))
+    recency = RecencyBonusPostprocessor.from_index(index, reference_date=SEED_TODAY)
+    reads.clear()
+
+    def ask() -> None:
+        recency.explain(index.as_retriever(similarity_top_k=8).retrieve("coffee?"),
+                        QueryBundle("coffee?"))
+
+    for _ in range(3):
+        ask()
+    assert len(reads) == 1
+    save_gate_fit(index, "cosine", {"en": 0.5, "ja": 0.6}, 3, date(2026, 9, 10))
+    ask()
+    ask()
+    assert len(reads) == 2 and recency.language_thresholds == {"en": 0.5, "ja": 0.6}
+    index.insert_nodes([memory_node("Taro bought a new kettle.", "2026-09-09")])
+    ask()
+    assert len(reads) == 3
 
 
 def test_from_index_embeds_only_candidates_from_elsewhere_and_says_so_once(

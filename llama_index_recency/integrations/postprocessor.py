@@ -179,6 +179,7 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
             # The fields as they are (an assigned threshold would drop the languages' ones).
             self.__dict__.update({name: getattr(adopted, name)
                                   for name in type(adopted).model_fields})
+            self.forget_derived()
             self._adopted = records
 
     def _with_vectors(self, nodes: List[NodeWithScore]) -> List[NodeWithScore]:

@@ -62,6 +62,7 @@ from llama_index_recency.storage import (
     save_gate_refusal,
     vector_store_of,
 )
+from llama_index_recency.storage.edge_files import metadata_revision
 
 logger = logging.getLogger(__name__)
 
@@ -319,17 +320,21 @@ clock = time.monotonic
 
 class StoreReads:
     """When a reader following a store's gate reads the store: an Edge store at every question
-    (in process, microseconds), a server or local-mode store every ``every`` seconds, a store
-    with only an async client never (its reads would block the event loop)."""
+    where its metadata or size changed since the last read (both known in process in
+    microseconds), a server or local-mode store every ``every`` seconds, a store with only an
+    async client never (its reads would block the event loop)."""
 
     def __init__(self, store: MemoryVectorStore, every: float = STORE_CHECK_SECONDS) -> None:
         self._store, self._every = store, every
         self._last: Optional[float] = None
+        self._seen: Optional[tuple[int, int]] = None
 
     def due(self) -> bool:
         """Whether to read the store now (then the next read waits ``every`` seconds)."""
         if isinstance(self._store, QdrantEdgeVectorStore):
-            return True
+            seen = (metadata_revision(self._store.path), self._store.count())
+            changed, self._seen = seen != self._seen, seen
+            return changed
         if self._store.client is None:
             return False
         now = clock()

@@ -131,8 +131,17 @@ def question_intent(question: str) -> Intent:
     A past marker wins ("This is an old story, but I still…" asks about the past), then a
     present one ("What did I say I drink these days?" asks about the present).
     """
-    if points_to_past(question):
+    return _intent(question, tuple(PAST_POINTING_PATTERNS), tuple(PRESENT_PATTERNS),
+                   tuple(EVENT_PATTERNS))
+
+
+@lru_cache(maxsize=1024)
+def _intent(question: str, past: tuple[str, ...], present: tuple[str, ...],
+            event: tuple[str, ...]) -> Intent:
+    """:func:`question_intent` under these patterns, remembered: every step that ranks a
+    question asks for its intent."""
+    if compiled_patterns(past).search(question):
         return "past"
-    if asks_about_present(question):
+    if compiled_patterns(present).search(question):
         return "present"
-    return "event" if asks_about_event(question) else "neutral"
+    return "event" if compiled_patterns(event).search(question) else "neutral"

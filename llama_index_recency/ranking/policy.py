@@ -186,6 +186,9 @@ class RecencyPolicy(OneLineValidation, BaseModel):
     )
 
     _warned_missing_date: bool = PrivateAttr(default=False)
+    _by_question: dict[tuple[Optional[str], Intent], "RecencyPolicy"] = PrivateAttr(
+        default_factory=dict)
+    """:meth:`for_question`'s policies by (threshold language, intent), until a field changes."""
 
     @model_validator(mode="after")
     def _given_threshold_is_explicit(self) -> "RecencyPolicy":
@@ -201,11 +204,15 @@ class RecencyPolicy(OneLineValidation, BaseModel):
         ``threshold_origin`` is given too."""
         if update and "threshold" in update:
             update = {"language_thresholds": {}, "threshold_origin": "explicit", **update}
-        return super().model_copy(update=update, deep=deep)
+        copy = super().model_copy(update=update, deep=deep)
+        copy.forget_derived()
+        return copy
 
     def __setattr__(self, name: str, value: Any) -> None:
         """Setting ``threshold`` makes it the threshold for every language, explicit."""
         super().__setattr__(name, value)
+        if name in type(self).model_fields:
+            self.forget_derived()
         if name == "threshold":
             super().__setattr__("language_thresholds", {})
             super().__setattr__("threshold_origin", "explicit")
@@ -257,12 +264,21 @@ class RecencyPolicy(OneLineValidation, BaseModel):
         """The plain policy that ranks the question ``text``: its language's threshold
         (:attr:`language_thresholds`, the nearest fitted language's for another one), then
         the bonus its intent calls for (:meth:`for_intent`)."""
-        policy = self
         chosen = self.threshold_language(question_language(text))
-        if chosen is not None:
-            policy = self.model_copy(update={"threshold": self.language_thresholds[chosen],
-                                             "threshold_origin": self.threshold_origin})
-        return policy.for_intent(question_intent(text))
+        key = (chosen, question_intent(text))
+        derived = self._by_question.get(key)
+        if derived is None:
+            policy = self
+            if chosen is not None:
+                policy = self.model_copy(update={"threshold": self.language_thresholds[chosen],
+                                                 "threshold_origin": self.threshold_origin})
+            derived = self._by_question[key] = policy.for_intent(key[1])
+        return derived
+
+    def forget_derived(self) -> None:
+        """Drop the policies :meth:`for_question` derived: a field changed (done by assignment
+        and :meth:`model_copy`; code that writes fields past them calls it)."""
+        self._by_question = {}
 
     def threshold_language(self, language: str) -> Optional[str]:
         """The language whose threshold ranks a question in ``language``; None without

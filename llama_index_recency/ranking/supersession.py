@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
+from functools import lru_cache
 from typing import Optional
 
 import numpy as np
@@ -125,7 +126,7 @@ def _versions(window: Sequence[NodeWithScore], z: float) -> dict[str, str]:
         return {}
     matrix /= norms
     similarity = matrix @ matrix.T
-    pairs = similarity[np.triu_indices(len(window), 1)]
+    pairs = similarity[_upper_triangle(len(window))]
     spread = float(pairs.std())
     if spread <= 0.0:
         return {}
@@ -137,13 +138,28 @@ def _versions(window: Sequence[NodeWithScore], z: float) -> dict[str, str]:
             if a in nearest_two[b] and similarity[a, b] >= cut}
 
 
+@lru_cache(maxsize=64)
+def _upper_triangle(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The indices of a ``size``-square matrix's pairs above the diagonal."""
+    return np.triu_indices(size, 1)
+
+
 def _between_statements(nearest: dict[str, str],
                          window: Sequence[NodeWithScore]) -> dict[str, str]:
     """The pairs of ``nearest`` whose two memories each state one thing (the pairs are found
     among all of the window's candidates, so the vectors' statistics stay the window's)."""
     text = {c.node.node_id: c.node.get_content() for c in window}
     return {memory: other for memory, other in nearest.items()
-            if is_one_statement(text[memory]) and is_one_statement(text[other])}
+            if _one_statement(text[memory]) and _one_statement(text[other])}
+
+
+_cached_one_statement = lru_cache(maxsize=4096)(is_one_statement)
+
+
+def _one_statement(text: str) -> bool:
+    """:func:`is_one_statement`, remembered for the short texts a store's questions meet again
+    and again (a long text is checked each time, so the cache stays small)."""
+    return _cached_one_statement(text) if len(text) <= 1000 else is_one_statement(text)
 
 
 def _with_links(nearest: dict[str, str], window: Sequence[NodeWithScore],

@@ -298,8 +298,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
                     else shard.count(edge.CountRequest(exact=True, filter=selection)))
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        """Top ``similarity_top_k`` nodes by exact cosine (``similarities`` are raw cosines),
-        restricted by ``filters``, ``doc_ids``, ``node_ids`` and ``score_threshold=``.
+        """Top ``similarity_top_k`` nodes by exact cosine (raw ``similarities``) with their stored
+        embeddings, restricted by ``filters``, ``doc_ids``, ``node_ids`` and ``score_threshold=``.
 
         Raises:
             InvalidInputError: A query that is not a dense one (``mode`` other than
@@ -320,7 +320,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             limit=query.similarity_top_k,
             query=edge.Query.Nearest([float(x) for x in query.query_embedding]),
             filter=selection,
-            with_payload=True,
+            with_payload=True, with_vector=True,  # a re-ranker reads vectors, never re-embeds
             params=edge.SearchParams(exact=True),
             score_threshold=kwargs.get("score_threshold"),
         )

@@ -293,6 +293,15 @@ def check_space(path: str, loaded_from: str, needed: int, what: str) -> None:
         )
 
 
+_REVISIONS: dict[str, int] = {}
+
+
+def metadata_revision(path: str) -> int:
+    """How many times this process wrote the metadata of the shard directory ``path``: a
+    reader following a store's gate compares it instead of reading the record again."""
+    return _REVISIONS.get(path, 0)
+
+
 def write_metadata(path: str, record: dict[str, Any]) -> None:
     """Write ``record`` (JSON) as the collection metadata of the shard directory ``path``,
     atomically.
@@ -314,6 +323,7 @@ def write_metadata(path: str, record: dict[str, Any]) -> None:
         file.flush()
         os.fsync(file.fileno())
     os.replace(temporary, metadata_path)
+    _REVISIONS[path] = _REVISIONS.get(path, 0) + 1
     directory = os.open(path, os.O_RDONLY)
     try:
         os.fsync(directory)
