@@ -27,7 +27,8 @@ def rankings(minilm):
     shipped = CALIBRATED_POLICIES[MINILM_EMBEDDING]
     assert (policy.weight, policy.tau_days, policy.threshold) == (
         shipped["weight"], shipped["tau_days"], shipped["threshold"])
-    postprocessor = RecencyBonusPostprocessor(**dict(policy))  # on the vectors Edge returns
+    postprocessor = RecencyBonusPostprocessor.from_index(
+        index, reference_date=EXAMPLE_REFERENCE_DATE)  # the store's policy: the shipped one
     return {q.id: postprocessor.explain(retriever.retrieve(q.text)) for q in example_questions()}
 
 

@@ -23,6 +23,7 @@ from llama_index_recency.ranking.supersession import newer_versions_first
 from llama_index_recency.records.nodes import is_memory_id
 from llama_index_recency.storage import (
     MemoryVectorStore,
+    QdrantEdgeVectorStore,
     collection_metadata,
     embedding_of,
     index_policy,
@@ -98,14 +99,16 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         calibrated and saved with it, else its model's shipped one, with the store's gate),
         ``overrides`` on top (e.g. ``reference_date=``); it adopts a gate saved since (read at
         every question on Edge, every ``check_store_every`` seconds on a server or local-mode
-        store), and reads the candidates' vectors from the store in one call instead of
-        embedding them again.
+        store); an Edge store is set to return the candidates' vectors with them
+        (``with_vectors``), another store's are read in one call: none is embedded again.
 
         Raises:
             InvalidSettingError: An override the policy refuses.
             UnsupportedStoreError: The index's vector store is neither Qdrant Edge nor Qdrant.
         """
         store = vector_store_of(index.vector_store)
+        if isinstance(store, QdrantEdgeVectorStore):
+            store.with_vectors = True  # the candidates come with their vectors: none read again
         own = {name: overrides.pop(name) for name in ("past_bonus_scale",) if name in overrides}
         metadata = collection_metadata(store)
         made = cls(**dict(index_policy(metadata, **overrides)), embed_model=embedding_of(index),

@@ -98,6 +98,9 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         default="date",
         description="Payload key given a datetime index, for date-range filters; None for none.",
     )
+    with_vectors: bool = Field(default=False, description="Return each node's stored vector with "
+                               "query results, for a re-ranker that compares them (set by "
+                               "RecencyBonusPostprocessor.from_index).")
 
     _shard: Optional[edge.EdgeShard] = PrivateAttr(default=None)
     _closed: bool = PrivateAttr(default=False)
@@ -209,12 +212,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
                 shard.update(
                     edge.UpdateOperation.delete_points_by_filter(edge.Filter(must=[match])))
 
-    def delete_nodes(
-        self,
-        node_ids: Optional[list[str]] = None,
-        filters: Optional[MetadataFilters] = None,
-        **delete_kwargs: Any,
-    ) -> None:
+    def delete_nodes(self, node_ids: Optional[list[str]] = None,
+                     filters: Optional[MetadataFilters] = None, **delete_kwargs: Any) -> None:
         """Delete the nodes with these ids and/or matching ``filters`` (both: both must hold).
 
         With neither (or ``filters`` without a condition, which select everything), it
@@ -238,11 +237,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             with self._edge_calls():
                 shard.update(edge.UpdateOperation.delete_points_by_filter(selection))
 
-    def get_nodes(
-        self,
-        node_ids: Optional[list[str]] = None,
-        filters: Optional[MetadataFilters] = None,
-    ) -> list[BaseNode]:
+    def get_nodes(self, node_ids: Optional[list[str]] = None,
+                  filters: Optional[MetadataFilters] = None) -> list[BaseNode]:
         """Nodes with these ids and/or matching ``filters`` (neither: all), embeddings
         included (unit-normalised, as Qdrant keeps cosine vectors).
 
@@ -298,8 +294,9 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
                     else shard.count(edge.CountRequest(exact=True, filter=selection)))
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        """Top ``similarity_top_k`` nodes by exact cosine (raw ``similarities``) with their stored
-        embeddings, restricted by ``filters``, ``doc_ids``, ``node_ids`` and ``score_threshold=``.
+        """Top ``similarity_top_k`` nodes by exact cosine (raw ``similarities``), embeddings
+        with ``with_vectors``, restricted by ``filters``, ``doc_ids``, ``node_ids`` and
+        ``score_threshold=``.
 
         Raises:
             InvalidInputError: A query that is not a dense one (``mode`` other than
@@ -320,7 +317,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             limit=query.similarity_top_k,
             query=edge.Query.Nearest([float(x) for x in query.query_embedding]),
             filter=selection,
-            with_payload=True, with_vector=True,  # a re-ranker reads vectors, never re-embeds
+            with_payload=True, with_vector=self.with_vectors,
             params=edge.SearchParams(exact=True),
             score_threshold=kwargs.get("score_threshold"),
         )

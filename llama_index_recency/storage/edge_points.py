@@ -141,5 +141,5 @@ def point_node(point: Any) -> BaseNode:
             relationships=relationships,
         )
     if embedding and node.embedding is None:
-        node.embedding = list(embedding)
+        node.embedding = embedding if isinstance(embedding, list) else list(embedding)
     return node
