@@ -455,10 +455,10 @@ def test_a_fit_measures_the_best_match_though_a_newer_version_of_it_would_go_fir
 
 
 def test_a_newer_version_goes_first_though_only_the_old_one_holds_the_questions_word() -> None:
-    """With the lexical signal on, "coffee" lifts the old memory, not its reworded newer
-    version ("café au lait"): the margin is read without the words' part, so the current
-    version still goes first."""
-    question = "How do I take my coffee?"
+    """With the lexical signal on, "drink" and "coffee" lift the old memory, not its reworded
+    newer version (which holds "drink" alone: no evidence): the margin is read without the
+    words' part, so the current version still goes first."""
+    question = "How do I drink my coffee?"
     index, policy = versions_store(question)
     worded = policy.model_copy(update={"lexical_weight": 0.1})
     ranking = QdrantRecencyRetriever.from_index(index, worded).explain(question)
@@ -849,3 +849,38 @@ def test_a_remembered_conversation_that_brings_the_store_to_the_fit_size_fits_it
         )
         assert stored.get_content() == "2026-09-01: The user likes green tea."
         assert fit_attempted(memory.index)
+
+
+def test_a_window_that_cannot_tell_its_memories_apart_pairs_none() -> None:
+    """Three memories each as far from the others (their similarities all alike): no pair
+    stands out, so none is taken as another's version and the order stays by score."""
+    axes = np.eye(3)
+    nodes = [NodeWithScore(node=TextNode(id_=name, text=f"The user said {name}.",
+                                         metadata={"date": day}, embedding=axes[i].tolist()),
+                           score=score)
+             for i, (name, score, day) in enumerate([("old", 0.80, "2026-05-01"),
+                                                     ("new", 0.78, "2026-11-01"),
+                                                     ("other", 0.70, "2026-03-01")])]
+    policy = RecencyPolicy(weight=0.004, tau_days=14.0, threshold=0.5, supersede_margin=0.05,
+                           reference_date="2026-12-01")
+    reference = policy.reference()
+    ranking = newer_versions_first(policy.rank(nodes, reference), nodes, policy, reference)
+    assert [n.node.node_id for n in ranking.nodes] == ["old", "new", "other"]
+
+
+@pytest.mark.parametrize(("question", "past", "present", "event"), [
+    ("When did I go to Nagano?", False, False, True),
+    ("What do I drink these days?", False, True, False),
+    ("What did I use to drink?", True, False, True),  # the past marker wins the intent
+    ("What do I drink?", False, False, False),
+])
+def test_each_intent_marker_check_says_yes_or_no(question: str, past: bool, present: bool,
+                                                 event: bool) -> None:
+    from llama_index_recency.ranking.intent import (
+        asks_about_event,
+        asks_about_present,
+        points_to_past,
+    )
+
+    assert (points_to_past(question), asks_about_present(question),
+            asks_about_event(question)) == (past, present, event)
