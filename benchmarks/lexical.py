@@ -1,5 +1,6 @@
 """The lexical signal's study: cosine plus ``beta`` times the question's term weight a memory
-holds, exact over every memory (numpy), against plain cosine, by split.
+holds (:meth:`LexicalQuery.share`, its rule for a lone term included), exact over every
+memory (numpy), against plain cosine, by split; ``beta`` may differ by question language.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/lexical.py --locomo DIR [--betas 0,0.1,0.2]
 
@@ -35,9 +36,26 @@ from retrieval_quality import (  # noqa: E402
 )
 
 from llama_index_recency.models.factories import offline_embedding  # noqa: E402
+from llama_index_recency.ranking.language import question_language  # noqa: E402
 from llama_index_recency.ranking.lexical import LexicalQuery, question_terms, terms  # noqa: E402
 
 MARGIN = 0.001
+
+Betas = dict[str, float]
+"""The lexical weight by question language; "*" for every other language."""
+
+
+def parse_betas(text: str) -> Betas:
+    """"0.1" (every language) or "en=0.15:ja=0" (the rest: 0)."""
+    if "=" not in text:
+        return {"*": float(text)}
+    return {"*": 0.0, **{lang: float(value) for lang, value in
+                         (part.split("=") for part in text.split(":"))}}
+
+
+def label(betas: Betas) -> str:
+    return ", ".join(f"{lang} {value:g}" if lang != "*" else f"{value:g}"
+                     for lang, value in betas.items() if lang != "*" or len(betas) == 1)
 
 
 @dataclass
@@ -48,8 +66,9 @@ class Scored:
     memory_terms: list[frozenset[str]]
     df: Counter[str]
 
-    def relevance(self, question: str, vector: np.ndarray, beta: float) -> np.ndarray:
+    def relevance(self, question: str, vector: np.ndarray, betas: Betas) -> np.ndarray:
         cosines = self.store.vectors @ vector
+        beta = betas.get(question_language(question), betas["*"])
         if beta == 0.0:
             return cosines
         asked = question_terms(question)
@@ -75,7 +94,7 @@ def gate(bests: Sequence[float], rate: float) -> float:
 
 
 def measure(sets: Sequence[Scored], banks: dict[str, dict[str, list[tuple[str, np.ndarray]]]],
-            beta: float, rates: Sequence[float]) -> dict[str, float]:
+            beta: Betas, rates: Sequence[float]) -> dict[str, float]:
     hits = {1: 0, 3: 0, 5: 0}
     questions = 0
     evidence = {rate: 0 for rate in rates}
@@ -115,10 +134,11 @@ def measure(sets: Sequence[Scored], banks: dict[str, dict[str, list[tuple[str, n
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--locomo", type=Path, help="folder of LoCoMo conversation JSON files")
-    parser.add_argument("--betas", default="0,0.1,0.15,0.2,0.3")
+    parser.add_argument("--betas", default="0,0.1,0.15,en=0.15:ja=0",
+                        help="comma-separated: a weight, or per language as en=0.15:ja=0")
     parser.add_argument("--rates", default="0.02,0.05,0.1,0.2")
     args = parser.parse_args(argv)
-    betas = [float(b) for b in args.betas.split(",")]
+    betas = [parse_betas(b) for b in args.betas.split(",")]
     rates = [float(r) for r in args.rates.split(",")]
     embedder = Embedder("e5", offline_embedding())
     stores = [*bundled_stores(), *own_stores("en"), *own_stores("ja")]
@@ -143,7 +163,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             out += [f"## {source} · {split} ({len(chosen)} stores, {rows[0][1]['n']} questions)",
                     "", "| beta | " + " | ".join(keys) + " |",
                     "|---|" + "---|" * len(keys)]
-            out += [f"| {beta:g} | " + " | ".join(f"{row[k]:.3f}" for k in keys) + " |"
+            out += [f"| {label(beta)} | " + " | ".join(f"{row[k]:.3f}" for k in keys) + " |"
                     for beta, row in rows]
             out.append("")
             print("\n".join(out[-len(rows) - 5:]), flush=True)

@@ -2,7 +2,7 @@
 retriever with ``lexical_weight`` against the numpy replica of ``benchmarks/lexical.py``
 (same top 5?), and its cost against Edge's plain top-8 and the retriever without it.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/lexical_engine.py --locomo DIR [--weight 0.1]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/lexical_engine.py --locomo DIR [--weight 0.15]
 
 Per held-out conversation: its turns stored with ``RecencyMemory.add`` (vectors from the
 benchmark's e5 cache, looked up), every answerable question asked with its vector given.
@@ -39,7 +39,7 @@ from llama_index_recency.records.nodes import memory_node  # noqa: E402
 def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--locomo", type=Path, required=True)
-    parser.add_argument("--weight", type=float, default=0.1)
+    parser.add_argument("--weight", type=float, default=0.15)
     args = parser.parse_args(argv)
     embedder = Embedder("e5", offline_embedding())
     lines = ["# The lexical signal through Edge (held-out LoCoMo, same run, medians)", "",
@@ -71,7 +71,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             for q, v in asked:
                 got = [n.node.node_id for n in
                        retrievers["lexical"].retrieve(QueryBundle(q, embedding=v.tolist()))]
-                relevance = entry.relevance(q, v, args.weight)
+                relevance = entry.relevance(q, v, {"*": args.weight})
                 want = [nodes[i].node_id for i in np.argsort(-relevance, kind="stable")[:5]]
                 same += got == want
             vector_store = memory.index.vector_store

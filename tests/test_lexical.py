@@ -54,8 +54,11 @@ def test_the_weight_of_a_term_is_bm25s_idf() -> None:
 def test_the_share_is_the_held_part_of_the_questions_term_weight() -> None:
     query = LexicalQuery.from_counts(100, {"coffee": 1, "walk": 50, "osaka": 0})
     total = idf(100, 1) + idf(100, 50) + idf(100, 0)
-    assert query.share({"coffee", "tea"}) == idf(100, 1) / total
+    assert query.share({"coffee", "walk", "tea"}) == (idf(100, 1) + idf(100, 50)) / total
     assert query.share({"coffee", "walk", "osaka"}) == 1.0
+    # One term in common counts only when it carries half of the question's weight.
+    assert query.share({"coffee", "tea"}) == 0.0 < idf(100, 1) / total < 0.5
+    assert query.share({"osaka"}) == idf(100, 0) / total >= 0.5
     assert query.held == {"coffee", "walk"}  # no memory holds "osaka"
 
 

@@ -37,8 +37,8 @@ FACTS = [
     ("Taro plays tennis with his colleagues on Fridays.", date(2026, 6, 20)),
     ("Taro's cat Mike sleeps on the keyboard.", date(2026, 8, 30)),
 ]
-QUESTIONS = ["What is the name of my shiba inu?", "Where did Hanako move?",
-             "Which instrument am I learning?", "What is Kuro like?",
+QUESTIONS = ["What is the name of my shiba inu?", "Where did my sister Hanako move?",
+             "Am I learning the cello?", "What is Kuro like?",
              "How do I take my coffee?", "Tell me about Ichiran.", "Who is Mike?"]
 POLICY = RecencyPolicy(weight=0.0, threshold=-1e9, top_n=4, lexical_weight=0.3,
                        reference_date=TODAY.isoformat())
@@ -137,8 +137,9 @@ def test_an_edge_store_without_terms_is_filled_in_when_the_signal_is_on(e5, tmp_
 
 def test_with_the_words_the_seeds_newer_coffee_still_leads_and_the_table_shows_their_part(
         e5, tmp_path) -> None:
-    """The old coffee memory shares the question's word "coffee", the newer one says "café
-    au lait": the words lift the old one, but a newer version is judged without them."""
+    """The old coffee memory holds the question's words "drink" and "coffee", the newer one
+    says "café au lait": the words lift the old one, but a newer version is judged without
+    them."""
     from llama_index_recency import RecencyMemory, index_policy
     from llama_index_recency.records.examples import example_memories
 
@@ -146,14 +147,14 @@ def test_with_the_words_the_seeds_newer_coffee_still_leads_and_the_table_shows_t
     memory.add(example_memories())
     memory.policy = index_policy(memory.index, reference_date="2026-09-10").model_copy(
         update={"lexical_weight": 0.1})
-    ranking = memory.search("How do I take my coffee again?")
+    ranking = memory.search("How do I drink my coffee again?")
     assert [n.node.metadata["key"] for n in ranking.nodes][:2] == ["cafe_au_lait",
                                                                    "coffee_black"]
     parts = {row.text.split(": ", 1)[1][:12]: row.lexical for row in ranking.rows}
     assert parts["Taro drinks "] > 0.0 == parts["Taro has bee"]
     assert "| Words |" in ranking.to_table()
     memory.policy = memory.policy.model_copy(update={"lexical_weight": 0.0})
-    assert "| Words |" not in memory.search("How do I take my coffee again?").to_table()
+    assert "| Words |" not in memory.search("How do I drink my coffee again?").to_table()
 
 
 def test_the_postprocessor_from_the_index_ranks_with_the_words_as_the_retriever(
@@ -191,3 +192,36 @@ def test_a_postprocessor_with_the_words_but_no_store_says_how_to_make_one(e5) ->
     node = NodeWithScore(node=memory_node(*FACTS[0]), score=0.9)
     with pytest.raises(InvalidInputError, match="from_index"):
         recency.postprocess_nodes([node], query_bundle=QueryBundle("Who is Kuro?"))
+
+
+BILINGUAL = [("Taro's sister Hanako moved to Sapporo.", date(2026, 5, 2)),
+             ("Taro started learning the cello.", date(2026, 7, 9)),
+             ("太郎の妹の花子は札幌に引っ越した。", date(2026, 5, 2)),
+             ("太郎はチェロを習い始めた。", date(2026, 7, 9))]
+
+
+def test_a_language_can_weigh_the_words_apart(e5, tmp_path) -> None:
+    """``language_lexical_weights``: English questions ranked with the words, Japanese ones
+    by cosine alone, by the retriever and by the postprocessor on the same store."""
+    from llama_index_recency import RecencyBonusPostprocessor, index_policy
+
+    index = open_memory_index(e5, path=tmp_path / "store")
+    insert_memories(index, [memory_node(fact, day) for fact, day in BILINGUAL])
+    options = {"threshold": -1e9, "top_n": 4, "lexical_weight": 0.15,
+               "language_lexical_weights": {"ja": 0.0}, "reference_date": TODAY.isoformat()}
+    retriever = QdrantRecencyRetriever.from_index(index, index_policy(index, **options))
+    recency = RecencyBonusPostprocessor.from_index(index, **options)
+    for question, worded in (("Where did my sister Hanako move?", True),
+                             ("妹の花子はどこに引っ越した？", False)):
+        candidates = index.as_retriever(similarity_top_k=8).retrieve(question)
+        for ranking in (retriever.explain(question),
+                        recency.explain(candidates, QueryBundle(question))):
+            assert any(row.lexical > 0 for row in ranking.rows) == worded, question
+
+
+def test_a_language_lexical_weight_below_zero_is_one_line_naming_it() -> None:
+    from llama_index_recency.errors import RecencyError
+
+    with pytest.raises(RecencyError, match=r"^RecencyPolicy: language_lexical_weights.ja=-0.1: "
+                                           r"Input should be greater than or equal to 0$"):
+        RecencyPolicy(language_lexical_weights={"ja": -0.1})

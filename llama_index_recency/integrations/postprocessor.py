@@ -137,30 +137,31 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         policy = self if query_bundle is None else self.for_question(query_bundle.query_str)
         if self.relevance == "cohort":
             nodes = self._cohort_scaled(nodes, query_bundle)
-        lexical = self._lexical(query_bundle)
+        lexical = self._lexical(query_bundle, policy.lexical_weight)
         if lexical is not None:
-            nodes = [NodeWithScore(node=n.node, score=(n.score or 0.0) + self.lexical_weight
+            nodes = [NodeWithScore(node=n.node, score=(n.score or 0.0) + policy.lexical_weight
                                    * lexical.share_of(n.node)) for n in nodes]
         reference = policy.reference()
-        ranking = with_lexical_parts(policy.rank(nodes, reference), lexical, self.lexical_weight)
+        ranking = with_lexical_parts(policy.rank(nodes, reference), lexical, policy.lexical_weight)
         if query_bundle is not None:
             ranking = self.asked(ranking, query_bundle.query_str, policy)
         if policy.supersede_margin is not None:
             part = None if lexical is None else (
-                partial(lexical.part, weight=self.lexical_weight))
+                partial(lexical.part, weight=policy.lexical_weight))
             ranking = newer_versions_first(ranking, self._with_vectors(nodes), policy, reference,
                                            lexical_part=part)
         return ranking if query_bundle is None else about_the_news(ranking, query_bundle.query_str)
 
-    def _lexical(self, query_bundle: Optional[QueryBundle]) -> Optional[LexicalQuery]:
-        """With ``lexical_weight``, the question's terms weighed in the store (from
+    def _lexical(self, query_bundle: Optional[QueryBundle],
+                 weight: float) -> Optional[LexicalQuery]:
+        """With a lexical ``weight``, the question's terms weighed in the store (from
         :meth:`from_index`, one count per term); None without the signal or terms.
 
         Raises:
             InvalidInputError: ``lexical_weight`` set without the question or without the
                 store to weigh its terms in.
         """
-        if self.lexical_weight == 0.0:
+        if weight == 0.0:
             return None
         if query_bundle is None or self._store is None:
             raise InvalidInputError(

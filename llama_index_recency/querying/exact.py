@@ -126,19 +126,20 @@ class ExactSearch:
         """The question's search plan (:meth:`_steps`): its repeated link searches answered
         once, every result's relevance its cosine plus its lexical part (with ``lexical``)."""
         return reusing_link_searches(
-            fused(self._steps(bundle, lexical), lexical, self.policy.lexical_weight))
+            fused(self._steps(bundle, lexical), lexical,
+                  self.policy.for_question(bundle.query_str).lexical_weight))
 
     def _lexical(self, question: str) -> Optional[LexicalQuery]:
         """The question's terms weighed in the scope's memories; None when the policy reads
         cosine alone or the question has no term."""
         asked = question_terms(question)
-        if self.policy.lexical_weight == 0.0 or not asked:
+        if self.policy.for_question(question).lexical_weight == 0.0 or not asked:
             return None
         return LexicalQuery.from_counts(*term_counts(self.vector_store, asked, self.filters))
 
     async def _alexical(self, question: str) -> Optional[LexicalQuery]:
         asked = question_terms(question)
-        if self.policy.lexical_weight == 0.0 or not asked:
+        if self.policy.for_question(question).lexical_weight == 0.0 or not asked:
             return None
         assert isinstance(self.vector_store, QdrantVectorStore)
         return LexicalQuery.from_counts(
@@ -246,7 +247,7 @@ class ExactSearch:
 
     def _fill_terms(self) -> None:
         """Store the terms of the memories that lack them, once, when the lexical signal is on."""
-        if self._ready and self.policy.lexical_weight > 0.0:
+        if self._ready and self.policy.reads_words:
             fill_terms(self.vector_store)
 
     def _check_counts(self, total: int, dated: int) -> None:

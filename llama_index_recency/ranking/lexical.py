@@ -5,9 +5,11 @@ and possessives folded ("cats" and "cat's" are "cat"), numbers, and the characte
 Japanese and Chinese runs. The store keeps each memory's terms (a keyword payload field), so
 the engine counts how many memories hold a term and finds the memories that hold one.
 
-:func:`lexical_share` is the share of the question's term weight (inverse document
+:meth:`LexicalQuery.share` is the share of the question's term weight (inverse document
 frequency, as BM25 weighs it) that a memory holds: 0 when it shares nothing, 1 when it holds
-every term. The policy adds ``lexical_weight`` times it to the cosine.
+every term, and 0 for a memory holding one term that carries less than half of it (one word
+in common, an everyday one in a small store, is no evidence). The policy adds
+``lexical_weight`` times it to the cosine.
 """
 
 from __future__ import annotations
@@ -95,6 +97,12 @@ def stored_terms(text: str) -> list[str]:
     return sorted(terms(text)) or NO_TERMS
 
 
+MIN_HELD_TERMS = 2
+"""A memory's share counts once it holds this many of the question's terms..."""
+LONE_TERM_SHARE = 0.5
+"""...or a share this large in fewer (chosen on the tune split of ``benchmarks/lexical.py``)."""
+
+
 def idf(memories: int, holding: int) -> float:
     """A term's weight: BM25's inverse document frequency (always above 0)."""
     return math.log(1.0 + (memories - holding + 0.5) / (holding + 0.5))
@@ -119,12 +127,16 @@ class LexicalQuery:
                    dict(holding))
 
     def share(self, memory_terms: Iterable[str]) -> float:
-        """The share of the question's term weight that a memory with ``memory_terms`` holds."""
+        """The share of the question's term weight that a memory with ``memory_terms`` holds,
+        counted from :data:`MIN_HELD_TERMS` terms or a :data:`LONE_TERM_SHARE` (never more
+        for fewer terms held: the engine's bounds rely on it)."""
         total = sum(self.weights.values())
         if total <= 0.0:
             return 0.0
         holds = set(memory_terms)
-        return sum(weight for term, weight in self.weights.items() if term in holds) / total
+        held = [weight for term, weight in self.weights.items() if term in holds]
+        share = sum(held) / total
+        return share if len(held) >= MIN_HELD_TERMS or share >= LONE_TERM_SHARE else 0.0
 
     def part(self, node_id: str, weight: float) -> float:
         """``weight`` times the share of a memory a search returned (0 for any other)."""

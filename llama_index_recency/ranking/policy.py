@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import date, datetime, timezone
-from typing import Any, Literal, Optional, Self
+from typing import Annotated, Any, Literal, Optional, Self
 
 from llama_index.core.bridge.pydantic import (
     BaseModel,
@@ -99,6 +99,13 @@ class RecencyPolicy(OneLineValidation, BaseModel):
             "Relevance added for a memory holding every term of the question, in proportion "
             "to the share of the question's term weight it holds (0: cosine alone; "
             ":mod:`llama_index_recency.ranking.lexical`)."
+        ),
+    )
+    language_lexical_weights: dict[str, Annotated[float, Field(ge=0.0, allow_inf_nan=False)]] = Field(
+        default_factory=dict,
+        description=(
+            "A lexical_weight per question language ('en', 'ja', ...); a question in a "
+            "language without one uses lexical_weight."
         ),
     )
     present_weight: Optional[float] = Field(
@@ -186,9 +193,8 @@ class RecencyPolicy(OneLineValidation, BaseModel):
     )
 
     _warned_missing_date: bool = PrivateAttr(default=False)
-    _by_question: dict[tuple[Optional[str], Intent], "RecencyPolicy"] = PrivateAttr(
-        default_factory=dict)
-    """:meth:`for_question`'s policies by (threshold language, intent), until a field changes."""
+    _by_question: dict[tuple[str, Intent], "RecencyPolicy"] = PrivateAttr(default_factory=dict)
+    """:meth:`for_question`'s policies by (question language, intent), until a field changes."""
 
     @model_validator(mode="after")
     def _given_threshold_is_explicit(self) -> "RecencyPolicy":
@@ -262,23 +268,35 @@ class RecencyPolicy(OneLineValidation, BaseModel):
 
     def for_question(self, text: str) -> "RecencyPolicy":
         """The plain policy that ranks the question ``text``: its language's threshold
-        (:attr:`language_thresholds`, the nearest fitted language's for another one), then
-        the bonus its intent calls for (:meth:`for_intent`)."""
-        chosen = self.threshold_language(question_language(text))
-        key = (chosen, question_intent(text))
+        (:attr:`language_thresholds`, the nearest fitted language's for another one) and
+        lexical weight (:attr:`language_lexical_weights`), then the bonus its intent calls
+        for (:meth:`for_intent`)."""
+        key = (question_language(text), question_intent(text))
         derived = self._by_question.get(key)
         if derived is None:
             policy = self
+            chosen = self.threshold_language(key[0])
             if chosen is not None:
                 policy = self.model_copy(update={"threshold": self.language_thresholds[chosen],
                                                  "threshold_origin": self.threshold_origin})
-            derived = self._by_question[key] = policy.for_intent(key[1])
+            derived = policy.for_intent(key[1])
+            if self.language_lexical_weights.get(key[0], self.lexical_weight) \
+                    != derived.lexical_weight:
+                derived = derived.model_copy(update={
+                    "lexical_weight": self.language_lexical_weights[key[0]]})
+            self._by_question[key] = derived
         return derived
 
     def forget_derived(self) -> None:
         """Drop the policies :meth:`for_question` derived: a field changed (done by assignment
         and :meth:`model_copy`; code that writes fields past them calls it)."""
         self._by_question = {}
+
+    @property
+    def reads_words(self) -> bool:
+        """Whether the lexical signal ranks some question (a lexical weight above 0)."""
+        return self.lexical_weight > 0.0 or any(
+            weight > 0.0 for weight in self.language_lexical_weights.values())
 
     def threshold_language(self, language: str) -> Optional[str]:
         """The language whose threshold ranks a question in ``language``; None without
