@@ -35,7 +35,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Optional
@@ -213,11 +213,16 @@ class Ranker:
         if policy.relevance != "cosine":
             scale = self.scale_of(vector)
             cosines = (cosines - scale.mean) / scale.sd
+        parts = self.lexical_parts(policy, question)
+        return cosines if parts is None else cosines + parts
+
+    def lexical_parts(self, policy: RecencyPolicy, question: str) -> Optional[np.ndarray]:
+        """Every memory's lexical part for the question (None without the signal)."""
         if policy.lexical_weight == 0.0 or not question:
-            return cosines
+            return None
         query = LexicalQuery.from_counts(len(self.terms), {
             t: self.holding[t] for t in question_terms(question)})
-        return cosines + policy.lexical_weight * np.array([query.share(h) for h in self.terms])
+        return policy.lexical_weight * np.array([query.share(h) for h in self.terms])
 
     def top(self, vector: np.ndarray, policy: RecencyPolicy, k: int,
             question: str = "") -> list[tuple[int, float]]:
@@ -225,7 +230,8 @@ class Ranker:
         policy = policy.for_question(question)
         relevance = self.relevance(vector, policy, question)
         kth = np.sort(relevance)[-min(k, len(relevance))]
-        return self._rank(relevance, kth - policy.weight, policy, k, -1e9)
+        return self._rank(relevance, kth - policy.weight, policy, k, -1e9,
+                          self.lexical_parts(policy, question))
 
     def kept(self, vector: np.ndarray, policy: RecencyPolicy,
              question: str = "") -> list[tuple[int, float]]:
@@ -233,7 +239,7 @@ class Ranker:
         policy = policy.for_question(question)
         relevance = self.relevance(vector, policy, question)
         return self._rank(relevance, policy.threshold - policy.weight, policy, policy.top_n,
-                          policy.threshold)
+                          policy.threshold, self.lexical_parts(policy, question))
 
     def brings_up(self, vector: np.ndarray, policy: RecencyPolicy, question: str) -> bool:
         """Whether any memory reaches the prompt for this (off-topic) question."""
@@ -245,18 +251,26 @@ class Ranker:
         return top[0][1] if top else -math.inf
 
     def _rank(self, relevance: np.ndarray, floor: float, policy: RecencyPolicy, n: int,
-              threshold: float) -> list[tuple[int, float]]:
+              threshold: float, parts: Optional[np.ndarray] = None) -> list[tuple[int, float]]:
+        """The policy's ranking of the memories over ``floor``, newer versions first; with the
+        lexical ``parts``, rows carry theirs and versions are compared without them, as the
+        retriever compares them."""
         chosen = relevance >= floor - 1e-9
         window = [NodeWithScore(node=self.nodes[i], score=float(relevance[i]))
                   for i in np.flatnonzero(chosen)]
         ranked = policy.model_copy(update={"top_n": n, "threshold": threshold})
         reference = datetime.combine(self.store.reference, datetime.min.time(), timezone.utc)
         ranking = ranked.rank(window, reference)
+        part = None if parts is None else (lambda node_id: float(parts[int(node_id)]))
+        if part is not None:
+            ranking = replace(ranking, rows=tuple(replace(row, lexical=part(row.node_id))
+                                                  for row in ranking.rows))
         if policy.supersede_margin is not None:
             nearest = np.argsort(-relevance)[:policy.supersede_window]
             window += [NodeWithScore(node=self.nodes[i], score=float(relevance[i]))
                        for i in nearest if not chosen[i]]
-            ranking = newer_versions_first(ranking, window, ranked, reference)
+            ranking = newer_versions_first(ranking, window, ranked, reference,
+                                           lexical_part=part)
         return [(int(node.node.node_id), float(node.score or 0.0)) for node in ranking.nodes]
 
 
