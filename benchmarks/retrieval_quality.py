@@ -245,9 +245,10 @@ class Ranker:
         """Whether any memory reaches the prompt for this (off-topic) question."""
         return bool(self.kept(vector, policy, question))
 
-    def best_final(self, vector: np.ndarray, policy: RecencyPolicy) -> float:
-        """The highest final score any memory reaches (bring-up happens when it is >= threshold)."""
-        top = self.top(vector, policy, 1)
+    def best_final(self, vector: np.ndarray, policy: RecencyPolicy, question: str) -> float:
+        """The highest final score any memory reaches for the question (bring-up happens when
+        it is >= threshold), as the store's own gate fit asks it."""
+        top = self.top(vector, policy, 1, question)
         return top[0][1] if top else -math.inf
 
     def _rank(self, relevance: np.ndarray, floor: float, policy: RecencyPolicy, n: int,
@@ -330,8 +331,8 @@ def measure(stores: Sequence[Store], rankers: dict[str, Ranker], policy: Recency
 def fitted_threshold(stores: Sequence[Store], rankers: dict[str, Ranker], policy: RecencyPolicy,
                      bank: dict[str, list[tuple[str, np.ndarray]]], share: float = MAX_BRING_UP) -> float:
     """The lowest threshold at which at most ``share`` of the bank's questions bring a memory."""
-    best = sorted((rankers[s.name + s.source].best_final(v, policy) for s in stores
-                   for _, v in bank[s.lang]), reverse=True)
+    best = sorted((rankers[s.name + s.source].best_final(v, policy, q) for s in stores
+                   for q, v in bank[s.lang]), reverse=True)
     allowed = int(share * len(best))
     return best[allowed] + 1e-6
 
@@ -343,7 +344,7 @@ def self_calibrated(stores: Sequence[Store], rankers: dict[str, Ranker], policy:
     total = Tally()
     for store in stores:
         ranker = rankers[store.name + store.source]
-        best = {lang: [ranker.best_final(v, policy) for _, v in questions]
+        best = {lang: [ranker.best_final(v, policy, q) for q, v in questions]
                 for lang, questions in tune_bank.items()}
         fitted = fit_gate(best, margin=noise_margin(policy))
         own = policy.model_copy(update={"threshold": fitted.threshold,
