@@ -113,7 +113,8 @@ def best_score(ranker: Ranker, policy: RecencyPolicy, question: str, vector: np.
     exactly when this reaches the threshold. ``first``: the final of the memory ranked first
     instead (what ``gate.calibrate_gate`` records: newer versions placed first can put a
     lower final there)."""
-    intent = policy.for_intent(question_intent(question))
+    intent = policy.for_intent(question_intent(question)).model_copy(
+        update={"lexical_weight": policy.for_question(question).lexical_weight})
     raised = intent.threshold - policy.threshold
     if first:
         return ranker.top(vector, policy, 1, question)[0][1] - raised

@@ -66,8 +66,8 @@ RESULTS = ROOT / "results"
 LOCOMO_TUNE = {"26", "30", "41", "42", "43"}
 AGE_BRACKETS = ((0, 14), (14, 60), (60, 180), (180, math.inf))
 MAX_BRING_UP = 0.05
-WORDS = {"lexical_weight": 0.15, "language_lexical_weights": {"ja": 0.0}}
-"""The lexical signal chosen on the tune split of ``lexical.py``: English questions only."""
+NO_WORDS = {"lexical_weight": 0.0, "language_lexical_weights": {}}
+"""The shipped policy without the question's words (cosine alone), to compare against."""
 
 OLD_E5 = RecencyPolicy(weight=0.05638, tau_days=14.0, threshold=0.853)
 
@@ -448,10 +448,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                      f"{default.gate_description()}", default)]
         if model_name == "e5":
             policies.insert(1, ("0.2.0 shipped 0.05638/14/0.853", OLD_E5))
-            words = default.model_copy(update=WORDS)
-            policies.append((f"default+words {words.relevance} {words.weight:g}/"
-                             f"{words.tau_days:g}, words en 0.15 ja 0, "
-                             f"{words.gate_description()}", words))
+            plain = default.model_copy(update=NO_WORDS)
+            policies.append((f"default-words {plain.relevance} {plain.weight:g}/"
+                             f"{plain.tau_days:g}, without the words, "
+                             f"{plain.gate_description()}", plain))
         flat = {k: v for k, v in CALIBRATED_POLICIES[model.model_name].items()
                 if k in ("weight", "tau_days", "threshold")}
         policies.insert(-1, (f"one bonus for every question {flat['weight']:g}/"

@@ -276,7 +276,8 @@ def test_a_check_refits_only_a_gate_that_lets_too_much_in(e5, tmp_path) -> None:
         assert fitted is not None
         assert refit_gate(memory.index, min_memories=4, check=True) is None
         assert gate_record(memory.index) == fitted
-        save_gate_fit(memory.index, "cosine", {"en": 0.5, "ja": 0.5}, 4, date(2026, 9, 10))
+        save_gate_fit(memory.index, memory.policy.gate_units, {"en": 0.5, "ja": 0.5}, 4,
+                      date(2026, 9, 10))
         fit = refit_gate(memory.index, min_memories=4, check=True)
         assert fit is not None and gate_record(memory.index)["thresholds"] == fit.thresholds
         assert min(fit.thresholds.values()) > 0.5

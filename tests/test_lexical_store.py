@@ -145,15 +145,14 @@ def test_with_the_words_the_seeds_newer_coffee_still_leads_and_the_table_shows_t
 
     memory = RecencyMemory(e5, path=tmp_path / "store")
     memory.add(example_memories())
-    memory.policy = index_policy(memory.index, reference_date="2026-09-10").model_copy(
-        update={"lexical_weight": 0.1})
+    memory.policy = index_policy(memory.index, reference_date="2026-09-10")  # e5's: words on
     ranking = memory.search("How do I drink my coffee again?")
     assert [n.node.metadata["key"] for n in ranking.nodes][:2] == ["cafe_au_lait",
                                                                    "coffee_black"]
     parts = {row.text.split(": ", 1)[1][:12]: row.lexical for row in ranking.rows}
     assert parts["Taro drinks "] > 0.0 == parts["Taro has bee"]
     assert "| Words |" in ranking.to_table()
-    memory.policy = memory.policy.model_copy(update={"lexical_weight": 0.0})
+    memory.policy = memory.policy.model_copy(update={"language_lexical_weights": {}})
     assert "| Words |" not in memory.search("How do I drink my coffee again?").to_table()
 
 
@@ -192,6 +191,24 @@ def test_a_postprocessor_with_the_words_but_no_store_says_how_to_make_one(e5) ->
     node = NodeWithScore(node=memory_node(*FACTS[0]), score=0.9)
     with pytest.raises(InvalidInputError, match="from_index"):
         recency.postprocess_nodes([node], query_bundle=QueryBundle("Who is Kuro?"))
+
+
+def test_a_postprocessor_copied_from_the_shipped_policy_ranks_without_the_words(
+        e5, caplog) -> None:
+    """e5's shipped policy reads an English question's words in the store: a postprocessor
+    built by hand from it (no store) ranks by cosine and the bonus, and says why once."""
+    from llama_index.core.schema import NodeWithScore
+
+    from llama_index_recency import RecencyBonusPostprocessor, index_policy
+
+    index = open_memory_index(e5)
+    recency = RecencyBonusPostprocessor(**dict(index_policy(index, reference_date=TODAY)))
+    assert recency.for_question("Who is Kuro?").lexical_weight > 0.0
+    node = NodeWithScore(node=memory_node(*FACTS[0]), score=0.9)
+    for _ in range(2):
+        ranking = recency.explain([node], QueryBundle("Who is Kuro?"))
+        assert [row.lexical for row in ranking.rows] == [0.0]
+    assert len([r for r in caplog.records if "words are left out" in r.getMessage()]) == 1
 
 
 BILINGUAL = [("Taro's sister Hanako moved to Sapporo.", date(2026, 5, 2)),

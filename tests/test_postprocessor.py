@@ -400,7 +400,7 @@ def test_from_index_adopts_a_gate_saved_after_it_was_made(counted_index) -> None
     recency = RecencyBonusPostprocessor.from_index(index, reference_date=SEED_TODAY)
     assert recency.threshold_origin == "shipped"
     assert recency.explain([], QueryBundle("coffee?")).threshold == 0.818  # e5's shipped en
-    save_gate_fit(index, "cosine", {"en": 0.5, "ja": 0.6}, 3, date(2026, 9, 10))
+    save_gate_fit(index, recency.gate_units, {"en": 0.5, "ja": 0.6}, 3, date(2026, 9, 10))
     ranking = recency.explain(index.as_retriever(similarity_top_k=8).retrieve("coffee?"),
                               QueryBundle("coffee?"))
     assert recency.language_thresholds == {"en": 0.5, "ja": 0.6}
@@ -429,7 +429,7 @@ def test_from_index_reads_an_edge_stores_records_only_when_they_changed(
     for _ in range(3):
         ask()
     assert len(reads) == 1
-    save_gate_fit(index, "cosine", {"en": 0.5, "ja": 0.6}, 3, date(2026, 9, 10))
+    save_gate_fit(index, recency.gate_units, {"en": 0.5, "ja": 0.6}, 3, date(2026, 9, 10))
     ask()
     ask()
     assert len(reads) == 2 and recency.language_thresholds == {"en": 0.5, "ja": 0.6}

@@ -98,3 +98,22 @@ def test_the_fit_scores_every_bank_question_whatever_the_language_thresholds(
         assert {lang: len(scores) for lang, scores in best.items()} == {"en": 2, "ja": 1}
         assert all(score < 0.99 for scores in best.values() for score in scores)
         assert best == offtopic_best(memory.index.vector_store, e5, policy, questions=asked)
+
+
+def test_a_gate_fitted_without_the_words_is_refitted_with_them(e5, tmp_path: Path) -> None:
+    """e5's policy reads an English question's words: a gate a store fitted on cosine alone
+    (before the words were on) is not applied to the fused score, and the store fits again."""
+    from datetime import date
+
+    from llama_index_recency.storage import save_gate_fit
+
+    with RecencyMemory(e5, path=tmp_path / "store", min_fit_memories=1000) as memory:
+        memory.add(chatter(25))
+        assert memory.policy.gate_units == "cosine+words"
+        save_gate_fit(memory.index, "cosine", {"en": 0.5, "ja": 0.5}, 25, date(2026, 9, 10))
+        assert index_policy(memory.index).threshold_origin == "shipped"
+        retriever = QdrantRecencyRetriever.from_index(memory.index, min_fit_memories=20)
+        retriever.explain(QUESTION)
+        assert retriever.wait_for_refit() is not None
+        assert gate_record(memory.index)["relevance"] == "cosine+words"
+        assert "fitted on 25 memories" in index_policy(memory.index).threshold_origin

@@ -71,6 +71,7 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
 
     _warned_no_vectors: bool = PrivateAttr(default=False)
     _warned_embedded: bool = PrivateAttr(default=False)
+    _warned_no_store: bool = PrivateAttr(default=False)
     _store: Optional[MemoryVectorStore] = PrivateAttr(default=None)
     _reads: Optional[StoreReads] = PrivateAttr(default=None)
     _overrides: dict[str, Any] = PrivateAttr(default_factory=dict)
@@ -155,13 +156,22 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
     def _lexical(self, query_bundle: Optional[QueryBundle],
                  weight: float) -> Optional[LexicalQuery]:
         """With a lexical ``weight``, the question's terms weighed in the store (from
-        :meth:`from_index`, one count per term); None without the signal or terms.
+        :meth:`from_index`, one count per term); None without the signal or terms. Without
+        the store, a language's weight (a shipped policy copied by hand) is left out, said
+        once.
 
         Raises:
             InvalidInputError: ``lexical_weight`` set without the question or without the
                 store to weigh its terms in.
         """
         if weight == 0.0:
+            return None
+        if (query_bundle is None or self._store is None) and self.lexical_weight == 0.0:
+            if not self._warned_no_store:
+                self._warned_no_store = True
+                logger.warning("the question's words are left out: they are weighed in the "
+                               "store, and this postprocessor has none (make it with "
+                               "RecencyBonusPostprocessor.from_index(index); not said again)")
             return None
         if query_bundle is None or self._store is None:
             raise InvalidInputError(

@@ -289,9 +289,9 @@ def _fit_and_save(vectors: MemoryVectorStore, embed_model: BaseEmbedding,
     fit = fit_gate(best, margin=noise_margin(policy))
     if fit.refused:
         logger.warning("%s; the gate stays %s", fit.refused, policy.threshold_origin)
-        save_gate_refusal(vectors, policy.relevance, memories, user_id)
+        save_gate_refusal(vectors, policy.gate_units, memories, user_id)
         return fit
-    save_gate_fit(vectors, policy.relevance, fit.thresholds, memories, today or date.today(),
+    save_gate_fit(vectors, policy.gate_units, fit.thresholds, memories, today or date.today(),
                   user_id)
     return fit
 
@@ -302,7 +302,7 @@ def due_by_size(metadata: Mapping[str, Any], min_memories: int, memories: int,
     ``metadata`` is due for a fit by its size (:func:`refit_due`)."""
     if has_saved_policy(metadata):
         return False
-    units = index_policy(metadata).relevance
+    units = index_policy(metadata).gate_units
     tried = [record["memories"] for record in (gate_record(metadata, user_id),
                                                gate_refusal(metadata, user_id))
              if record and record.get("relevance") == units]

@@ -298,6 +298,12 @@ class RecencyPolicy(OneLineValidation, BaseModel):
         return self.lexical_weight > 0.0 or any(
             weight > 0.0 for weight in self.language_lexical_weights.values())
 
+    @property
+    def gate_units(self) -> str:
+        """The units a gate fitted for this policy is in: its relevance, "+words" when the
+        lexical signal adds to it (a gate fitted in other units never ranks for it)."""
+        return f"{self.relevance}+words" if self.reads_words else self.relevance
+
     def threshold_language(self, language: str) -> Optional[str]:
         """The language whose threshold ranks a question in ``language``; None without
         :attr:`language_thresholds` (one threshold for every language)."""

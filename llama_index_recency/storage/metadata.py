@@ -189,7 +189,7 @@ def index_policy(index: MemoryStore | Mapping[str, Any], *, user_id: Optional[st
         same_units = saved.get("relevance", "cosine") == shipped.get("relevance", "cosine")
         values = {**(shipped if same_units else {}), "language_thresholds": {}, **saved,
                   "threshold_origin": "explicit"}
-    elif isinstance(gate, dict) and gate.get("relevance") == shipped.get("relevance", "cosine"):
+    elif isinstance(gate, dict) and gate.get("relevance") == RecencyPolicy(**shipped).gate_units:
         thresholds = dict(gate["thresholds"])
         values = {**shipped, "threshold": max(thresholds.values()),
                   "language_thresholds": thresholds,
