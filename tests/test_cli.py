@@ -74,7 +74,8 @@ def test_demo_prints_every_question_table_and_timings(capsys) -> None:
     per_language = " / ".join(f"{lang} {value:.3f}"
                               for lang, value in sorted(shipped["language_thresholds"].items()))
     assert (f"policy: bonus={shipped['weight']:g}·exp(−days/{shipped['tau_days']:g}), "
-            f"threshold={per_language}, at most 3") in out
+            f"words=en 0.15, threshold={per_language}, at most 3") in out
+    assert "Words" in out  # the table splits the words' part from the cosine
     for title in ("H1 (hit): What's my favorite food?",
                   "C1 (contradiction): How do I take my coffee again?",
                   "N4 (hit_free): What would you do if you won the lottery?"):
@@ -220,7 +221,7 @@ def test_calibrate_save_then_ask_uses_the_saved_policy(e5, tmp_path: Path, capsy
     per_language = " / ".join(f"{lang} {value:.3f}"
                               for lang, value in sorted(shipped["language_thresholds"].items()))
     assert (f"policy: bonus={shipped['weight']:g}·exp(−days/{shipped['tau_days']:g}), "
-            f"threshold={per_language}") in capsys.readouterr().out
+            f"words=en 0.15, threshold={per_language}") in capsys.readouterr().out
 
     argv = ["calibrate", "--store", store, "--questions", str(questions), "--today", "2026-09-10"]
     assert main([*argv, "--question-ids", WITHOUT_H2, "--save"], embed_model=e5) == 0
@@ -233,11 +234,12 @@ def test_calibrate_save_then_ask_uses_the_saved_policy(e5, tmp_path: Path, capsy
 
     assert main(ask, embed_model=e5) == 0
     out = capsys.readouterr().out
-    assert f"policy: bonus={weight}·exp(−days/{tau}), threshold={threshold}, at most 3" in out
+    assert (f"policy: bonus={weight}·exp(−days/{tau}), words=en 0.15, threshold={threshold}, "
+            "at most 3") in out
     assert "→ into the prompt: cafe_au_lait, coffee_black" in out
     assert main([*ask, "--threshold", "0.95"], embed_model=e5) == 0  # explicit still wins
     out = capsys.readouterr().out
-    assert f"policy: bonus={weight}·exp(−days/{tau}), threshold=0.95" in out
+    assert f"policy: bonus={weight}·exp(−days/{tau}), words=en 0.15, threshold=0.95" in out
     assert "→ no memory enters the prompt" in out
 
     assert main([*argv, "--question-ids", "C1,H2"], embed_model=e5) == 2

@@ -65,8 +65,14 @@ def policy_line(policy: RecencyPolicy) -> Text:
     units = "" if policy.relevance == "cosine" else "relevance in cohort sd, "
     thresholds = " / ".join(f"{lang} {value:.3f}"
                             for lang, value in sorted(policy.language_thresholds.items()))
+    words = [f"{lang} {weight:g}" for lang, weight in
+             sorted(policy.language_lexical_weights.items()) if weight]
+    if policy.lexical_weight:
+        words.insert(0, f"{policy.lexical_weight:g}")
+    lexical = f"words={' / '.join(words)}, " if words else ""
     return literal(f"policy: {units}bonus={policy.weight:g}·exp(−days/{policy.tau_days:g}), "
-                   f"threshold={thresholds or f'{policy.threshold:g}'}, at most {policy.top_n}")
+                   f"{lexical}threshold={thresholds or f'{policy.threshold:g}'}, "
+                   f"at most {policy.top_n}")
 
 
 def _memory_label(node: NodeWithScore) -> str:
@@ -83,7 +89,8 @@ def ranking_table(title: Text, ranking: RecencyRanking) -> Table:
     table = Table(title=title, title_justify="left", caption_justify="left")
     table.add_column("Memory", overflow="fold")
     relevance = "Raw cosine" if ranking.relevance == "cosine" else "Relevance (sd)"
-    for column in (relevance, "Bonus", "Final"):
+    words = any(row.lexical for row in ranking.rows)  # raw split into cosine and words' part
+    for column in (relevance, *(("Words",) if words else ()), "Bonus", "Final"):
         table.add_column(column, justify="right")
     table.add_column("Verdict")
     names = {row.node_id: f"“{_shorten(row.text, 40)}”" for row in ranking.rows}
@@ -92,7 +99,9 @@ def ranking_table(title: Text, ranking: RecencyRanking) -> Table:
         reason = row.reason
         for node_id, name in names.items():
             reason = reason.replace(node_id, name)
-        table.add_row(literal(row.text), f"{row.raw:.3f}", f"+{row.bonus:.3f}",
+        scores = ([f"{row.raw - row.lexical:.3f}", f"+{row.lexical:.3f}"] if words
+                  else [f"{row.raw:.3f}"])
+        table.add_row(literal(row.text), *scores, f"+{row.bonus:.3f}",
                       f"{row.final:.3f}", literal(reason), style=style)
     if ranking.nodes:
         table.caption = literal("→ into the prompt: "
