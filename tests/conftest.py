@@ -6,10 +6,10 @@ import json
 import math
 import socket
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Optional, TypeVar
 
 import pytest
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -329,6 +329,26 @@ def openai_server() -> Iterator[OpenAIServer]:
 def extraction_server() -> Iterator[OpenAIServer]:
     """A second loopback server, for extraction: the agent talks to ``openai_server``."""
     yield from _served()
+
+
+T = TypeVar("T")
+
+
+def drive_plan(plan: Generator[Any, Any, T], answer: Callable[[Any], Any],
+               at_most: Optional[int] = None) -> tuple[T, list[Any]]:
+    """Run an I/O-free search plan with ``answer`` as its engine: the plan's result and the
+    searches it asked; with ``at_most``, fails once it asks more (a plan that never ends
+    fails instead of hanging)."""
+    asked: list[Any] = []
+    try:
+        search = next(plan)
+        while True:
+            asked.append(search)
+            assert at_most is None or len(asked) <= at_most, \
+                f"more than {at_most} searches: {asked[-3:]}"
+            search = plan.send(answer(search))
+    except StopIteration as done:
+        return done.value, asked
 
 
 def cosines_for(nodes: Sequence[Any], raws: Sequence[float]) -> dict[str, float]:

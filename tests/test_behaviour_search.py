@@ -19,7 +19,7 @@ from llama_index_recency import (
 from llama_index_recency.ranking.plan import MemorySearch, SearchPlan, exact_recency_search
 from llama_index_recency.ranking.policy import parse_memory_date
 
-from conftest import QUERY, KnownCosineEmbedding, cosines_for
+from conftest import QUERY, KnownCosineEmbedding, cosines_for, drive_plan
 
 REFERENCE = datetime(2026, 9, 10, tzinfo=timezone.utc)
 
@@ -43,15 +43,8 @@ def drive(plan: SearchPlan, memories: Sequence[NodeWithScore], at_most: int
           ) -> tuple[list[NodeWithScore], list[MemorySearch]]:
     """Run ``plan`` over ``memories``; fails as soon as it asks more than ``at_most`` searches
     (so a plan that never ends fails instead of hanging)."""
-    searches: list[MemorySearch] = []
-    try:
-        search = next(plan)
-        while True:
-            searches.append(search)
-            assert len(searches) <= at_most, f"more than {at_most} searches: {searches}"
-            search = plan.send(answer(memories, search))
-    except StopIteration as done:
-        return list(done.value.nodes), searches
+    ranking, searches = drive_plan(plan, lambda search: answer(memories, search), at_most)
+    return list(ranking.nodes), searches
 
 
 def a_year_of_memories(count: int, seed: int = 7) -> list[NodeWithScore]:

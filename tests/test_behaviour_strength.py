@@ -60,6 +60,8 @@ from llama_index_recency.records.nodes import Turn
 from llama_index_recency.storage import Conversation, Outbox, QdrantEdgeVectorStore
 from llama_index_recency.storage.engine import run_search
 
+from conftest import drive_plan
+
 REFERENCE = datetime(2026, 9, 10, tzinfo=timezone.utc)
 
 
@@ -136,14 +138,10 @@ def drive(plan: SearchPlan, store: QdrantEdgeVectorStore, dim: int,
     """Run ``plan`` on ``store`` for the question e0, as ExactSearch does; fail on a plan that
     keeps searching (a search that can never come back full enough to stop)."""
     question = [1.0] + [0.0] * (dim - 1)
-    try:
-        search = next(plan)
-        while True:
-            searches.append(search)
-            assert len(searches) <= 12, f"the plan does not end: {searches[-3:]}"
-            search = plan.send(run_search(store, search, question, "date", None))
-    except StopIteration as done:
-        return done.value
+    ranking, asked = drive_plan(
+        plan, lambda search: run_search(store, search, question, "date", None), at_most=12)
+    searches.extend(asked)
+    return ranking
 
 
 def vague_plan(policy: RecencyPolicy) -> SearchPlan:

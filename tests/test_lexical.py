@@ -21,6 +21,8 @@ from llama_index_recency.ranking.lexical import (
 )
 from llama_index_recency.ranking.plan import MemorySearch, exact_recency_search
 
+from conftest import drive_plan
+
 REFERENCE = datetime(2026, 9, 10, tzinfo=timezone.utc)
 WORDS = ("coffee", "walks", "keyboard", "osaka", "sister", "guitar", "ramen", "hiking")
 
@@ -99,12 +101,7 @@ def test_the_search_with_terms_keeps_exactly_what_ranking_every_memory_keeps(
         t: sum(t in h for h in held) for t in question_terms(" ".join(asked))})
     plan = fused(exact_recency_search(policy, REFERENCE, first_limit=2, lexical=query),
                  query, lexical_weight)
-    try:
-        search = next(plan)
-        while True:
-            search = plan.send(reference_engine(memories, search))
-    except StopIteration as done:
-        ranking = done.value
+    ranking, _ = drive_plan(plan, lambda search: reference_engine(memories, search))
     everything = [NodeWithScore(node=m.node, score=(m.score or 0.0) + lexical_weight
                                 * query.share(h)) for m, h in zip(memories, held, strict=True)]
     expected = policy.rank(sorted(everything, key=lambda c: (-(c.score or 0.0), c.node.node_id)),

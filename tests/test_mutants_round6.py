@@ -67,7 +67,7 @@ from llama_index_recency.storage import (
 from llama_index_recency.storage.engine import run_search
 from llama_index_recency.writing.updates import forget
 
-from conftest import ToolCall
+from conftest import ToolCall, drive_plan
 
 # --- the memory block --------------------------------------------------------------------------
 
@@ -212,14 +212,11 @@ def e0_nodes(rows: list[tuple[str, str | None, float]]) -> list[TextNode]:
 
 
 def run_plan(store: BasePydanticVectorStore, policy: RecencyPolicy, dim: int):
-    plan = exact_recency_search(policy, policy.reference())
     question = [1.0] + [0.0] * (dim - 1)
-    try:
-        search = next(plan)
-        while True:
-            search = plan.send(run_search(store, search, question, policy.date_key, None))
-    except StopIteration as done:
-        return done.value
+    ranking, _ = drive_plan(exact_recency_search(policy, policy.reference()),
+                            lambda search: run_search(store, search, question,
+                                                      policy.date_key, None))
+    return ranking
 
 
 @pytest.mark.parametrize("engine", ["edge", "qdrant-client"])
@@ -283,14 +280,7 @@ def test_a_word_whose_every_holder_was_already_returned_costs_no_search_by_that_
     query = LexicalQuery.from_counts(len(memories), holding)
     assert query.held == {"keyboard"}
     plan = fused(exact_recency_search(policy, policy.reference(), lexical=query), query, 0.1)
-    asked = []
-    try:
-        search = next(plan)
-        while True:
-            asked.append(search)
-            search = plan.send(by_cosine(memories, search))
-    except StopIteration as done:
-        ranking = done.value
+    ranking, asked = drive_plan(plan, lambda search: by_cosine(memories, search))
     assert [search.term for search in asked] == [None] * len(asked)
     assert [n.node.node_id for n in ranking.nodes] == ["m0000", "m0001", "m0002"]
 
@@ -307,14 +297,7 @@ def test_a_memory_holding_the_questions_word_far_down_by_cosine_costs_one_search
     )
     query = LexicalQuery.from_counts(len(memories), {"keyboard": 1})
     plan = fused(exact_recency_search(policy, policy.reference(), lexical=query), query, 0.3)
-    asked = []
-    try:
-        search = next(plan)
-        while True:
-            asked.append(search)
-            search = plan.send(by_cosine(memories, search))
-    except StopIteration as done:
-        ranking = done.value
+    ranking, asked = drive_plan(plan, lambda search: by_cosine(memories, search))
     assert [n.node.node_id for n in ranking.nodes][0] == "m0060"
     assert "keyboard" in [search.term for search in asked]
     assert max(search.limit for search in asked) == 16

@@ -20,6 +20,8 @@ from llama_index_recency.ranking.plan import (
 )
 from llama_index_recency.ranking.policy import MemoryDateError, parse_memory_date
 
+from conftest import drive_plan
+
 REFERENCE = datetime(2026, 9, 10, tzinfo=timezone.utc)
 
 
@@ -49,15 +51,8 @@ def reference_engine(memories: Sequence[NodeWithScore], search: MemorySearch) ->
 
 
 def run(policy: RecencyPolicy, memories: Sequence[NodeWithScore], first_limit: int = 16):
-    plan = exact_recency_search(policy, REFERENCE, first_limit=first_limit)
-    searches = []
-    try:
-        search = next(plan)
-        while True:
-            searches.append(search)
-            search = plan.send(reference_engine(memories, search))
-    except StopIteration as done:
-        return done.value, searches
+    return drive_plan(exact_recency_search(policy, REFERENCE, first_limit=first_limit),
+                      lambda search: reference_engine(memories, search))
 
 
 def everything(policy: RecencyPolicy, memories: Sequence[NodeWithScore]) -> list[tuple[str, float]]:
@@ -180,14 +175,8 @@ def _two_link_searches(second: MemorySearch):
 
 
 def _drive(plan, answers: dict) -> tuple[object, list[MemorySearch]]:
-    asked: list[MemorySearch] = []
-    try:
-        search = next(plan)
-        while True:
-            asked.append(search)
-            search = plan.send(answers[search.linked[1] if search.linked else search.ids])
-    except StopIteration as done:
-        return done.value, asked
+    return drive_plan(plan, lambda search: answers[search.linked[1] if search.linked
+                                                   else search.ids])
 
 
 def test_a_link_search_within_an_earlier_complete_one_is_answered_from_it() -> None:
