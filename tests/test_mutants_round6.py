@@ -72,7 +72,23 @@ from conftest import ToolCall, drive_plan
 # --- the memory block --------------------------------------------------------------------------
 
 
-class KeywordEmbedding(BaseEmbedding):
+class TextVectors(BaseEmbedding):
+    """A test embedding that gives questions and memories alike the vector ``_vector`` makes."""
+
+    def _vector(self, text: str) -> list[float]:
+        raise NotImplementedError
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self._vector(query)
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._vector(query)
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return self._vector(text)
+
+
+class KeywordEmbedding(TextVectors):
     """A text is the count of each keyword it holds as a whole word, plus a little of a
     common axis: what a tokenising model sees of a word, without the model."""
 
@@ -87,15 +103,6 @@ class KeywordEmbedding(BaseEmbedding):
         vector = [float(words.count(keyword)) for keyword in self.keywords] + [0.3]
         norm = math.sqrt(sum(x * x for x in vector))
         return [x / norm for x in vector]
-
-    def _get_query_embedding(self, query: str) -> list[float]:
-        return self._vector(query)
-
-    async def _aget_query_embedding(self, query: str) -> list[float]:
-        return self._vector(query)
-
-    def _get_text_embedding(self, text: str) -> list[float]:
-        return self._vector(text)
 
 
 async def test_a_widened_query_keeps_the_last_word_of_a_message_without_punctuation() -> None:
@@ -359,7 +366,7 @@ def test_a_memory_passing_at_exactly_the_threshold_brings_its_newer_version() ->
 # --- the gate's fit ------------------------------------------------------------------------------
 
 
-class TableEmbedding(BaseEmbedding):
+class TableEmbedding(TextVectors):
     """Each listed text (memory or question) embeds as its given vector; any other text is
     orthogonal to them all (the last axis, which no listed vector uses)."""
 
@@ -376,15 +383,6 @@ class TableEmbedding(BaseEmbedding):
     def _vector(self, text: str) -> list[float]:
         dim = len(next(iter(self._table.values())))
         return list(self._table.get(text, [0.0] * (dim - 1) + [1.0]))
-
-    def _get_query_embedding(self, query: str) -> list[float]:
-        return self._vector(query)
-
-    async def _aget_query_embedding(self, query: str) -> list[float]:
-        return self._vector(query)
-
-    def _get_text_embedding(self, text: str) -> list[float]:
-        return self._vector(text)
 
 
 def unit(vector: np.ndarray) -> np.ndarray:
