@@ -33,7 +33,7 @@ import argparse
 import json
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -147,6 +147,24 @@ def policies(reference: str) -> dict[str, RecencyPolicy]:
     }
 
 
+def rate_table(outcomes: Mapping[tuple[str, Any, str, str, str], list[bool]],
+               names: Iterable[str], group: Any, split: str) -> list[str]:
+    """The Markdown table of each policy's rate (hits / asked) per language and question kind,
+    for one store ``group`` and ``split``; ``outcomes`` keyed by (policy, group, split,
+    language, kind)."""
+    lines = ["| policy | lang | " + " | ".join(KINDS) + " |", "|---|---|" + "---|" * len(KINDS)]
+    for name in names:
+        for language in ("en", "ja", "all"):
+            cells = []
+            for kind in KINDS:
+                hits = [hit for (n, g, sp, lang, k), values in outcomes.items()
+                        if n == name and g == group and sp == split and k == kind
+                        and language in (lang, "all") for hit in values]
+                cells.append(f"{sum(hits) / len(hits):.2f} ({len(hits)})" if hits else "-")
+            lines.append(f"| {name} | {language} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def passed(question: Question, found: Sequence[str]) -> bool:
     if question.kind in ("present", "neutral"):
         return bool(found) and found[0] == question.wanted
@@ -193,18 +211,7 @@ def main() -> None:
     for split in sorted({u.split for u in users}):
         for links in (False, True):
             lines += [f"## {split}, {'with' if links else 'without'} links", "",
-                      "| policy | lang | " + " | ".join(KINDS) + " |",
-                      "|---|---|" + "---|" * len(KINDS)]
-            for name in policies(data["reference_date"]):
-                for language in ("en", "ja", "all"):
-                    cells = []
-                    for kind in KINDS:
-                        hits = [hit for (n, lk, sp, lang, k), values in outcomes.items()
-                                if n == name and lk == links and sp == split and k == kind
-                                and language in (lang, "all") for hit in values]
-                        cells.append(f"{sum(hits) / len(hits):.2f} ({len(hits)})" if hits else "-")
-                    lines.append(f"| {name} | {language} | " + " | ".join(cells) + " |")
-            lines.append("")
+                      *rate_table(outcomes, policies(data["reference_date"]), links, split), ""]
     ratio = statistics.median(timings["default"]) / statistics.median(timings["plain top-8"])
     lines.append(f"Cost per retrieval (default, no links) vs Edge's plain top-8 search, same run: "
                  f"{ratio:.1f}x (medians {statistics.median(timings['default']) * 1e3:.2f} ms "

