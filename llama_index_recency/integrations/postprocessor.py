@@ -166,14 +166,15 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         """
         if weight == 0.0:
             return None
-        if (query_bundle is None or self._store is None) and self.lexical_weight == 0.0:
-            if not self._warned_no_store:
-                self._warned_no_store = True
-                logger.warning("the question's words are left out: they are weighed in the "
-                               "store, and this postprocessor has none (make it with "
-                               "RecencyBonusPostprocessor.from_index(index); not said again)")
-            return None
         if query_bundle is None or self._store is None:
+            if self.lexical_weight == 0.0:  # only a language's weight: leave the words out
+                if not self._warned_no_store:
+                    self._warned_no_store = True
+                    logger.warning("the question's words are left out: they are weighed in "
+                                   "the store, and this postprocessor has none (make it with "
+                                   "RecencyBonusPostprocessor.from_index(index); not said "
+                                   "again)")
+                return None
             raise InvalidInputError(
                 "lexical_weight needs the question and the store's term counts: make the "
                 "postprocessor with RecencyBonusPostprocessor.from_index(index) and give it "
