@@ -209,12 +209,17 @@ class Ranker:
                   question: str = "") -> np.ndarray:
         """Every memory's relevance: cosine (or cohort units) plus, with the policy's
         lexical weight, that weight times the share of the question's terms it holds."""
+        return self._scores(vector, policy, question)[0]
+
+    def _scores(self, vector: np.ndarray, policy: RecencyPolicy,
+                question: str) -> tuple[np.ndarray, Optional[np.ndarray]]:
+        """Every memory's relevance and its lexical part (None without the signal)."""
         cosines = self.store.vectors @ vector
         if policy.relevance != "cosine":
             scale = self.scale_of(vector)
             cosines = (cosines - scale.mean) / scale.sd
         parts = self.lexical_parts(policy, question)
-        return cosines if parts is None else cosines + parts
+        return (cosines if parts is None else cosines + parts), parts
 
     def lexical_parts(self, policy: RecencyPolicy, question: str) -> Optional[np.ndarray]:
         """Every memory's lexical part for the question (None without the signal)."""
@@ -228,18 +233,17 @@ class Ranker:
             question: str = "") -> list[tuple[int, float]]:
         """The top ``k`` memories by final score (threshold off): (index, final)."""
         policy = policy.for_question(question)
-        relevance = self.relevance(vector, policy, question)
+        relevance, parts = self._scores(vector, policy, question)
         kth = np.sort(relevance)[-min(k, len(relevance))]
-        return self._rank(relevance, kth - policy.weight, policy, k, -1e9,
-                          self.lexical_parts(policy, question))
+        return self._rank(relevance, kth - policy.weight, policy, k, -1e9, parts)
 
     def kept(self, vector: np.ndarray, policy: RecencyPolicy,
              question: str = "") -> list[tuple[int, float]]:
         """What reaches the prompt: at most top_n with final >= threshold."""
         policy = policy.for_question(question)
-        relevance = self.relevance(vector, policy, question)
+        relevance, parts = self._scores(vector, policy, question)
         return self._rank(relevance, policy.threshold - policy.weight, policy, policy.top_n,
-                          policy.threshold, self.lexical_parts(policy, question))
+                          policy.threshold, parts)
 
     def brings_up(self, vector: np.ndarray, policy: RecencyPolicy, question: str) -> bool:
         """Whether any memory reaches the prompt for this (off-topic) question."""
