@@ -31,6 +31,7 @@ from qdrant_client import QdrantClient
 from llama_index_recency.errors import MemoryStoreLockedError
 from llama_index_recency.ranking.lexical import TERMS_KEY, stored_terms
 from llama_index_recency.storage import QdrantEdgeVectorStore
+from llama_index_recency.storage.edge_counts import WriteAwareCounts
 from llama_index_recency.storage.edge_files import METADATA_FILE
 
 REPO = Path(__file__).resolve().parent.parent
@@ -326,6 +327,63 @@ def test_delete_by_ref_doc_id_by_node_ids_and_by_filter(store: QdrantEdgeVectorS
         with pytest.raises(ValueError, match="delete_nodes needs node_ids or filters with a cond"):
             store.delete_nodes(filters=hollow)  # each selects everything
     assert store.count() == len(left) - 1
+
+
+class CountingShard:
+    """The real shard, its filtered counts (full scans) counted."""
+
+    def __init__(self, shard: Any) -> None:
+        self.shard, self.scans = shard, 0
+
+    def count(self, request: Any) -> int:
+        self.scans += 1
+        return self.shard.count(request)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.shard, name)
+
+
+def test_a_filtered_count_is_kept_until_the_next_write_of_any_kind(
+        store: QdrantEdgeVectorStore) -> None:
+    def note(i: int, kind: str = "note") -> TextNode:
+        return TextNode(id_=node_id(i), text=f"note {i}", metadata={"kind": kind},
+                        embedding=unit([1.0, i, 0.0]),
+                        relationships={NodeRelationship.SOURCE: RelatedNodeInfo(
+                            node_id=f"doc-{i % 2}")})
+
+    notes = group(f("kind", "==", "note"))
+    store.add([note(i) for i in range(6)])
+    store._shard = shard = CountingShard(store._shard)  # type: ignore[assignment]
+    assert [store.count(notes), store.count(notes), store.count()] == [6, 6, 6]
+    assert shard.scans == 1  # the same count again is not a scan
+    writes: list[tuple[Callable[[], object], int]] = [
+        (lambda: store.add([note(6), note(7, "task")]), 7),
+        (lambda: store.upsert_points([(node_id(8), unit([0.0, 1.0, 1.0]), {"kind": "note"})]), 8),
+        (lambda: store.set_payloads([(node_id(8), {"kind": "task"})]), 7),
+        (lambda: store.delete("doc-1"), 4),  # notes 1, 3, 5 (and the task 7)
+        (lambda: store.delete_nodes(node_ids=[node_id(0)]), 3),
+        (lambda: store.delete_nodes(filters=group(f("kind", "==", "task"))), 3),
+    ]
+    for write, left in writes:
+        write()
+        assert store.count(notes) == left
+    store.clear()  # a new shard: its counts are made afresh
+    assert store.count(notes) == 0
+
+
+def test_a_count_overlapping_a_write_is_returned_but_not_kept() -> None:
+    counts = WriteAwareCounts()
+    with counts.writing():
+        assert counts.count("a", lambda: 1) == 1
+    assert counts.count("a", lambda: 2) == 2  # the first was made during a write
+
+    def with_a_write_meanwhile() -> int:
+        with counts.writing():
+            return 3
+
+    assert counts.count("b", with_a_write_meanwhile) == 3
+    assert [counts.count("a", lambda: 4), counts.count("b", lambda: 5)] == [4, 5]
+    assert [counts.count("a", lambda: 6), counts.count("b", lambda: 7)] == [4, 5]  # kept now
 
 
 @pytest.mark.slow

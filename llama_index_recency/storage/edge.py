@@ -26,6 +26,7 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_recency.errors import InvalidInputError, MemoryStoreClosedError, RecencyError
+from llama_index_recency.storage.edge_counts import WriteAwareCounts
 from llama_index_recency.storage.edge_files import (
     EDGE_CONFIG_FILE,
     METADATA_FILE,
@@ -109,6 +110,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
     _copy: Optional[str] = PrivateAttr(default=None)
     _refusal: Optional[OSError] = PrivateAttr(default=None)
     _release: Optional[weakref.finalize] = PrivateAttr(default=None)
+    _counts: WriteAwareCounts = PrivateAttr(default_factory=WriteAwareCounts)
 
     def __init__(
         self,
@@ -206,9 +208,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         """
         shard = self._require_open()
         if shard is not None:
-            self._before_write(SPACE_HEADROOM, "to delete")
             match = edge.FieldCondition(key=DOCUMENT_ID_KEY, match=edge.MatchValue(ref_doc_id))
-            with self._edge_calls():
+            with self._writing(SPACE_HEADROOM, "to delete"):
                 shard.update(
                     edge.UpdateOperation.delete_points_by_filter(edge.Filter(must=[match])))
 
@@ -233,8 +234,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         shard = self._require_open()
         selection = point_selection(node_ids, filters)
         if shard is not None and selection is not None and node_ids != []:
-            self._before_write(SPACE_HEADROOM, "to delete")
-            with self._edge_calls():
+            with self._writing(SPACE_HEADROOM, "to delete"):
                 shard.update(edge.UpdateOperation.delete_points_by_filter(selection))
 
     def get_nodes(self, node_ids: Optional[list[str]] = None,
@@ -267,19 +267,21 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         if shard is None:
             return
         self.require_writable()
-        shard.close()
-        self._shard = None
-        for name in os.listdir(self.path):
-            if name != METADATA_FILE:
-                entry = os.path.join(self.path, name)
-                if os.path.isdir(entry):
-                    shutil.rmtree(entry)
-                else:
-                    os.remove(entry)
-        self._open(self._vector_size)
+        with self._counts.writing():
+            shard.close()
+            self._shard = None
+            for name in os.listdir(self.path):
+                if name != METADATA_FILE:
+                    entry = os.path.join(self.path, name)
+                    if os.path.isdir(entry):
+                        shutil.rmtree(entry)
+                    else:
+                        os.remove(entry)
+            self._open(self.dimensions)  # set: the shard existed
 
     def count(self, filters: Optional[MetadataFilters] = None) -> int:
-        """How many nodes match ``filters`` (all nodes without: the shard's count, no scan).
+        """How many nodes match ``filters`` (all nodes without: the shard's count, no scan; a
+        filtered count is kept until this handle's next write).
 
         Raises:
             InvalidInputError: A filter Edge cannot express.
@@ -290,8 +292,10 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         if shard is None:
             return 0
         with self._edge_calls():
-            return (int(shard.info().points_count) if selection is None
-                    else shard.count(edge.CountRequest(exact=True, filter=selection)))
+            if selection is None or filters is None:
+                return int(shard.info().points_count)
+            request = edge.CountRequest(exact=True, filter=selection)
+            return self._counts.count(filters.model_dump_json(), lambda: shard.count(request))
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """Top ``similarity_top_k`` nodes by exact cosine (raw ``similarities``), embeddings
@@ -359,8 +363,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         shard = self._require_open()
         for start in range(0, len(payloads), BATCH):
             chunk = payloads[start : start + BATCH]
-            self._before_write(write_needs([(i, [], p) for i, p in chunk]), "to update payloads")
-            with self._edge_calls():
+            with self._writing(write_needs([(i, [], p) for i, p in chunk]), "to update payloads"):
                 for identifier, fields in chunk:
                     assert shard is not None
                     shard.update(edge.UpdateOperation.set_payload([identifier], fields))
@@ -418,11 +421,6 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
 
     # -- internals -------------------------------------------------------------------------
 
-    @property
-    def _vector_size(self) -> int:
-        assert self.dimensions is not None
-        return self.dimensions
-
     def _require_open(self) -> Optional[edge.EdgeShard]:
         if self._closed:
             raise MemoryStoreClosedError(f"the store at {self.path} is closed")
@@ -454,12 +452,11 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
                 )
         for start in range(0, len(points), BATCH):
             chunk = points[start : start + BATCH]
-            self._before_write(write_needs(chunk), f"to write {len(chunk)} more")
             batch = [
                 edge.Point(identifier, [float(x) for x in vector], payload)
                 for identifier, vector, payload in chunk
             ]
-            with self._edge_calls():
+            with self._writing(write_needs(chunk), f"to write {len(chunk)} more"):
                 shard.update(edge.UpdateOperation.upsert_points(batch))
         warn_if_it_cannot_reopen(self.path)
 
@@ -481,14 +478,18 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
                 raise
             raise known from None
 
-    def _before_write(self, needed: int, what: str) -> None:
-        """Check the store is writable and has the free space, and record before this
-        handle's first write that the shard is not closed."""
+    @contextmanager
+    def _writing(self, needed: int, what: str) -> Iterator[None]:
+        """One write to the shard: check the store is writable and has the free space,
+        record before this handle's first write that the shard is not closed, and drop the
+        counts kept before it."""
         self.require_writable()
         check_space(self.path, self._loaded_from, needed, what)
         if not self._written:
             self.update_metadata({SHARD_STATE_KEY: {"closed": False}})
             self._written = True
+        with self._counts.writing(), self._edge_calls():
+            yield
 
     @property
     def _loaded_from(self) -> str:
