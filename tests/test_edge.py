@@ -31,7 +31,7 @@ from qdrant_client import QdrantClient
 from llama_index_recency.errors import MemoryStoreLockedError
 from llama_index_recency.ranking.lexical import TERMS_KEY, stored_terms
 from llama_index_recency.storage import QdrantEdgeVectorStore
-from llama_index_recency.storage.edge_counts import WriteAwareCounts
+from llama_index_recency.storage.edge_cache import WriteAwareCache
 from llama_index_recency.storage.edge_files import METADATA_FILE
 
 REPO = Path(__file__).resolve().parent.parent
@@ -372,18 +372,18 @@ def test_a_filtered_count_is_kept_until_the_next_write_of_any_kind(
 
 
 def test_a_count_overlapping_a_write_is_returned_but_not_kept() -> None:
-    counts = WriteAwareCounts()
+    counts = WriteAwareCache()
     with counts.writing():
-        assert counts.count("a", lambda: 1) == 1
-    assert counts.count("a", lambda: 2) == 2  # the first was made during a write
+        assert counts.get("a", lambda: 1) == 1
+    assert counts.get("a", lambda: 2) == 2  # the first was made during a write
 
     def with_a_write_meanwhile() -> int:
         with counts.writing():
             return 3
 
-    assert counts.count("b", with_a_write_meanwhile) == 3
-    assert [counts.count("a", lambda: 4), counts.count("b", lambda: 5)] == [4, 5]
-    assert [counts.count("a", lambda: 6), counts.count("b", lambda: 7)] == [4, 5]  # kept now
+    assert counts.get("b", with_a_write_meanwhile) == 3
+    assert [counts.get("a", lambda: 4), counts.get("b", lambda: 5)] == [4, 5]
+    assert [counts.get("a", lambda: 6), counts.get("b", lambda: 7)] == [4, 5]  # kept now
 
 
 @pytest.mark.slow

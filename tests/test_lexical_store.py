@@ -24,6 +24,7 @@ from llama_index_recency.ranking.lexical import (
     stored_terms,
     terms,
 )
+from llama_index_recency.storage import term_counts
 from llama_index_recency.writing.updates import insert_memories
 
 TODAY = date(2026, 9, 10)
@@ -90,6 +91,20 @@ def test_a_rare_name_the_question_repeats_brings_its_memory_first(e5, tmp_path) 
     index = open_memory_index(e5, path=tmp_path / "store")
     insert_memories(index, [memory_node(fact, day) for fact, day in FACTS])
     assert "Kuro" in ranked(index, "What is Kuro like?")[0]
+
+
+def test_each_question_weighs_its_words_in_the_store_as_the_last_write_left_it(
+        e5, tmp_path) -> None:
+    index = open_memory_index(e5, path=tmp_path / "store")
+    insert_memories(index, [memory_node(fact, day) for fact, day in FACTS])
+    store, asked = index.vector_store, question_terms("What is Kuro like?")
+    assert term_counts(store, asked, None) == (8, {"kuro": 1})
+    assert term_counts(store, asked, None) == (8, {"kuro": 1})  # kept, as it is
+    chewed = memory_node("Kuro chewed the user's slippers.", date(2026, 9, 2))
+    insert_memories(index, [chewed])
+    assert term_counts(store, asked, None) == (9, {"kuro": 2})
+    store.delete_nodes(node_ids=[chewed.node_id])
+    assert term_counts(store, asked, None) == (8, {"kuro": 1})
 
 
 def test_plain_insert_nodes_into_local_mode_are_filled_in_and_ranked_alike(e5) -> None:

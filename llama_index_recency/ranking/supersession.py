@@ -133,9 +133,10 @@ def _versions(window: Sequence[NodeWithScore], z: float) -> dict[str, str]:
     cut = float(pairs.mean()) + z * spread
     np.fill_diagonal(similarity, -np.inf)
     ids = [c.node.node_id for c in window]
-    nearest_two = np.argsort(-similarity, axis=1)[:, :2]
+    nearest_two = np.argsort(-similarity, axis=1)[:, :2].tolist()
+    passing = (similarity >= cut).tolist()
     return {ids[a]: ids[b] for a, (b, _) in enumerate(nearest_two)
-            if a in nearest_two[b] and similarity[a, b] >= cut}
+            if a in nearest_two[b] and passing[a][b]}
 
 
 @lru_cache(maxsize=64)

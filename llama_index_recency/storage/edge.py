@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Optional
 
@@ -26,7 +26,7 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_recency.errors import InvalidInputError, MemoryStoreClosedError, RecencyError
-from llama_index_recency.storage.edge_counts import WriteAwareCounts
+from llama_index_recency.storage.edge_cache import WriteAwareCache
 from llama_index_recency.storage.edge_files import (
     EDGE_CONFIG_FILE,
     METADATA_FILE,
@@ -110,7 +110,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
     _copy: Optional[str] = PrivateAttr(default=None)
     _refusal: Optional[OSError] = PrivateAttr(default=None)
     _release: Optional[weakref.finalize] = PrivateAttr(default=None)
-    _counts: WriteAwareCounts = PrivateAttr(default_factory=WriteAwareCounts)
+    _kept: WriteAwareCache = PrivateAttr(default_factory=WriteAwareCache)
 
     def __init__(
         self,
@@ -156,7 +156,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
 
     @property
     def client(self) -> Optional[edge.EdgeShard]:
-        """The ``EdgeShard`` (None until the first add creates it)."""
+        """The ``EdgeShard`` (None until the first add); write through the store (it keeps counts)."""
         return self._shard
 
     @property
@@ -267,7 +267,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         if shard is None:
             return
         self.require_writable()
-        with self._counts.writing():
+        with self._kept.writing():
             shard.close()
             self._shard = None
             for name in os.listdir(self.path):
@@ -280,8 +280,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             self._open(self.dimensions)  # set: the shard existed
 
     def count(self, filters: Optional[MetadataFilters] = None) -> int:
-        """How many nodes match ``filters`` (all nodes without: the shard's count, no scan; a
-        filtered count is kept until this handle's next write).
+        """How many nodes match ``filters`` (all without), kept until this handle's next write.
 
         Raises:
             InvalidInputError: A filter Edge cannot express.
@@ -293,9 +292,13 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             return 0
         with self._edge_calls():
             if selection is None or filters is None:
-                return int(shard.info().points_count)
+                return int(self.kept("", lambda: shard.info().points_count))
             request = edge.CountRequest(exact=True, filter=selection)
-            return self._counts.count(filters.model_dump_json(), lambda: shard.count(request))
+            return int(self.kept(filters.model_dump_json(), lambda: shard.count(request)))
+
+    def kept(self, key: Hashable, read: Callable[[], Any]) -> Any:
+        """``read()`` (a read of the shard), kept under ``key`` until this handle's next write."""
+        return self._kept.get(key, read)
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """Top ``similarity_top_k`` nodes by exact cosine (raw ``similarities``), embeddings
@@ -462,9 +465,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
 
     @contextmanager
     def _edge_calls(self) -> Iterator[None]:
-        """Calls to the loaded shard, its failures as one-line errors naming the store: Edge
-        reports a file it cannot read (a truncated vector file, say) as a plain Exception,
-        "Service runtime error: …", which no retry mends: the store is damaged."""
+        """Calls to the loaded shard, failures as one-line errors naming the store (Edge reports
+        a file it cannot read as a plain "Service runtime error: …": the store is damaged)."""
         try:
             yield
         except RecencyError:
@@ -488,7 +490,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         if not self._written:
             self.update_metadata({SHARD_STATE_KEY: {"closed": False}})
             self._written = True
-        with self._counts.writing(), self._edge_calls():
+        with self._kept.writing(), self._edge_calls():
             yield
 
     @property

@@ -53,15 +53,19 @@ async def arun_search(store: BasePydanticVectorStore, search: MemorySearch,
 def term_counts(store: BasePydanticVectorStore, question_terms: Sequence[str],
                 filters: Optional[MetadataFilters]) -> tuple[int, dict[str, int]]:
     """How many memories inside ``filters`` there are, and how many hold each term."""
-    scoped = [(None, _with_term(filters, None))] + [
-        (term, _with_term(filters, term)) for term in question_terms]
+    asked = (None, *question_terms)
     if isinstance(store, QdrantEdgeVectorStore):
-        counts = [store.count(selection) for _, selection in scoped]
+        # A question's counts kept as one, until the store's next write.
+        key = ("term counts", tuple(question_terms),
+               None if filters is None else filters.model_dump_json())
+        counts = store.kept(key, lambda: tuple(store.count(_with_term(filters, term))
+                                               for term in asked))
     else:
         assert isinstance(store, QdrantVectorStore)
         client = sync_client(store)
-        counts = [client.count(store.collection_name, count_filter=_qdrant(selection),
-                               exact=True).count for _, selection in scoped]
+        counts = tuple(client.count(store.collection_name, exact=True,
+                                    count_filter=_qdrant(_with_term(filters, term))).count
+                       for term in asked)
     return counts[0], dict(zip(question_terms, counts[1:], strict=True))
 
 
