@@ -172,3 +172,14 @@ def test_a_kept_successor_reached_by_a_back_link_gets_its_bonus_once() -> None:
                                               user_id="taro").retrieve(QUERY)
     assert [n.node.node_id for n in found] == [b.node_id, a.node_id]
     assert found[0].score == pytest.approx(0.50 + 0.05 * math.exp(-9 / 14), abs=1e-6)
+
+
+def test_on_edge_a_link_written_after_a_question_is_followed_by_the_next(tmp_path) -> None:
+    old = linked("Taro drinks coffee black.", "2026-08-01", [])
+    new = linked("Taro drinks café au lait.", "2026-08-20", [old.node_id])
+    embed = KnownCosineEmbedding(cosines_for([old, new], [0.60, 0.30]))
+    index = open_memory_index(embed, path=tmp_path / "store")
+    index.insert_nodes([old])
+    assert retrieve(index) == [old.node_id]  # no memory lists a link yet
+    index.insert_nodes([new])
+    assert retrieve(index) == [new.node_id, old.node_id]

@@ -9,6 +9,9 @@ from typing import Any, Optional, cast
 from llama_index.core.schema import NodeWithScore
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
+    FilterCondition,
+    FilterOperator,
+    MetadataFilter,
     MetadataFilters,
     VectorStoreQuery,
     VectorStoreQueryResult,
@@ -31,11 +34,24 @@ def run_search(store: BasePydanticVectorStore, search: MemorySearch, vector: lis
                date_key: str, scale: Optional[QueryScale]) -> Sequence[NodeWithScore]:
     """``search`` on ``store`` for the question ``vector``: the results (in the policy's
     units when ``scale`` is given, with their vectors when the search asks for them)."""
+    if search.linked is not None and not _holds_links(store, search.linked[0]):
+        return []
     query, kwargs = engine_query(store, search, vector, date_key)
     results = _scored(store.query(query, **kwargs), scale)
     if search.with_vectors and (missing := _missing_vectors(results)):
         _attach_vectors(results, stored_vectors(store, missing))
     return results
+
+
+def _holds_links(store: BasePydanticVectorStore, key: str) -> bool:
+    """False when ``store`` is an Edge store where no memory lists anything under ``key``
+    (its count is kept until the store's next write), so a link search there finds none."""
+    if not isinstance(store, QdrantEdgeVectorStore):
+        return True
+    listing = MetadataFilters(filters=[MetadataFilter(key=key, operator=FilterOperator.IS_EMPTY,
+                                                      value=None)],
+                              condition=FilterCondition.NOT)
+    return bool(store.kept(("links", key), lambda: store.count(listing)))
 
 
 async def arun_search(store: BasePydanticVectorStore, search: MemorySearch,
