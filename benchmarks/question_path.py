@@ -119,7 +119,8 @@ def main() -> None:
                         path(text)
                         times.setdefault((name, number % 2 == 0), []).append(
                             time.perf_counter() - start)
-            for label, which in (("all", (True, False)), ("with candidates", (True,))):
+            for label, which in (("all", (True, False)), ("with candidates", (True,)),
+                                 ("without candidates", (False,))):
                 ms = {name: statistics.median(
                     [t for kind in which for t in times[name, kind]]) * 1e3 for name in paths}
                 line = (f"| {size:,} ({label}) | {ms['edge']:.2f} ms | "

@@ -90,8 +90,12 @@ def test_a_node_round_trips_through_get_nodes_and_query(store: QdrantEdgeVectorS
     assert result.ids == [node.node_id]
     assert result.similarities == pytest.approx([0.6])
     assert result.nodes[0] == without_embedding(node)  # payloads only, as QdrantVectorStore
-    store.with_vectors = True  # for a re-ranker that compares them
-    result = store.query(VectorStoreQuery(query_embedding=[1.0, 0.0, 0.0], similarity_top_k=5))
+    query = VectorStoreQuery(query_embedding=[1.0, 0.0, 0.0], similarity_top_k=5)
+    (asked,) = store.query(query, with_vectors=True).nodes  # one query's vectors
+    assert asked.embedding == pytest.approx([0.6, 0.0, 0.8])
+    assert store.query(query).nodes[0].embedding is None
+    store.with_vectors = True  # for a re-ranker that compares them: every query's
+    result = store.query(query)
     assert without_embedding(result.nodes[0]) == without_embedding(node)
     assert result.nodes[0].embedding == pytest.approx([0.6, 0.0, 0.8])
 

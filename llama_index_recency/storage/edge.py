@@ -302,8 +302,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """Top ``similarity_top_k`` nodes by exact cosine (raw ``similarities``), embeddings
-        with ``with_vectors``, restricted by ``filters``, ``doc_ids``, ``node_ids`` and
-        ``score_threshold=``.
+        with ``with_vectors`` (the field, or ``with_vectors=True``), restricted by ``filters``,
+        ``doc_ids``, ``node_ids`` and ``score_threshold=``.
 
         Raises:
             InvalidInputError: A query that is not a dense one (``mode`` other than
@@ -324,7 +324,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             limit=query.similarity_top_k,
             query=edge.Query.Nearest([float(x) for x in query.query_embedding]),
             filter=selection,
-            with_payload=True, with_vector=self.with_vectors,
+            with_payload=True, with_vector=self.with_vectors or bool(kwargs.get("with_vectors")),
             params=edge.SearchParams(exact=True),
             score_threshold=kwargs.get("score_threshold"),
         )

@@ -118,8 +118,9 @@ def stored_vectors(store: BasePydanticVectorStore, ids: Sequence[str]) -> dict[s
         records = sync_client(store).retrieve(store.collection_name, ids=list(ids),
                                               with_payload=False, with_vectors=True)
     # One unnamed dense vector per point, as this package stores memories.
-    return {str(record.id): cast(list[float], record.vector) for record in records
-            if isinstance(record.vector, list)}
+    vectors = ((str(record.id), record.vector) for record in records)  # each read converts
+    return {point: cast(list[float], vector) for point, vector in vectors
+            if isinstance(vector, list)}
 
 
 def engine_query(
@@ -139,8 +140,10 @@ def engine_query(
     query = VectorStoreQuery(
         query_embedding=vector, similarity_top_k=search.limit, filters=filters, node_ids=ids
     )
-    # Edge leaves out what cannot be kept, so no node is built for it.
-    return query, {} if search.min_score is None else {"score_threshold": search.min_score}
+    # Edge leaves out what cannot be kept, so no node is built for it; vectors come with the
+    # results in the same call.
+    kwargs = {} if search.min_score is None else {"score_threshold": search.min_score}
+    return query, {**kwargs, "with_vectors": True} if search.with_vectors else kwargs
 
 
 def payload_indexes(date_key: str) -> list[tuple[str, Any]]:
