@@ -6,7 +6,7 @@ import json
 import math
 import socket
 import threading
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Optional, TypeVar
@@ -354,6 +354,12 @@ def drive_plan(plan: Generator[Any, Any, T], answer: Callable[[Any], Any],
 def cosines_for(nodes: Sequence[Any], raws: Sequence[float]) -> dict[str, float]:
     """Map each node's embedded text to the raw cosine it should get against any query."""
     return {node.get_content(metadata_mode="embed"): raw for node, raw in zip(nodes, raws, strict=True)}
+
+
+def spread_cosines(texts: Iterable[str], first: float = 0.5) -> dict[str, float]:
+    """Each text its own cosine, ``first`` and up in steps of 1e-4: in a store of exact ties
+    every search of the gate's fit is a worst case that reads the whole store."""
+    return {text: first + i * 1e-4 for i, text in enumerate(texts)}
 
 
 @pytest.fixture(scope="session")

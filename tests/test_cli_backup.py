@@ -17,7 +17,7 @@ from llama_index_recency.cli.progress import PhaseProgress
 from llama_index_recency.records.nodes import SUPERSEDES_KEY
 from llama_index_recency.storage import get_memories, open_memory_store
 
-from conftest import KnownCosineEmbedding, error_line
+from conftest import KnownCosineEmbedding, error_line, spread_cosines
 
 BLACK = ("The user drinks coffee black.", "2026-05-20")
 LATTE = ("The user switched to sweet café au lait.", "2026-09-01")
@@ -29,7 +29,8 @@ pytestmark = pytest.mark.usefixtures("cli_environment")
 
 
 def embedding(*facts: tuple[str, str]) -> KnownCosineEmbedding:
-    return KnownCosineEmbedding({memory_node(fact, day).get_content(): 0.5 for fact, day in facts})
+    return KnownCosineEmbedding(spread_cosines(memory_node(fact, day).get_content()
+                                               for fact, day in facts))
 
 
 def node_id(fact: tuple[str, str], user: str | None = None) -> str:

@@ -24,7 +24,7 @@ from llama_index_recency import memory_node, open_memory_index
 from llama_index_recency.cli import main
 from llama_index_recency.storage import close_memory_index
 
-from conftest import KnownCosineEmbedding, error_line
+from conftest import KnownCosineEmbedding, error_line, spread_cosines
 
 MEMORY = ("The user drinks coffee black.", "2026-09-01")
 QUESTION = "How do I take my coffee?"
@@ -320,7 +320,7 @@ def test_a_write_failing_part_way_says_what_was_stored_and_a_rerun_completes(tmp
                                                                              capsys) -> None:
     """The store refuses the batch holding memory 64 (batches of 64): the first 64 are stored."""
     path, store = bulk_file(tmp_path), str(tmp_path / "store")
-    cosines = {memory_node(f, d).get_content(): 0.5 for f, d in BULK}
+    cosines = spread_cosines(memory_node(f, d).get_content() for f, d in BULK)
     argv = ["add", "--file", str(path), "--store", store]
     assert main(argv, embed_model=WrongDimensionEmbedding(cosines)) == 1
     line = error_line(capsys.readouterr().err)
@@ -335,7 +335,7 @@ def test_a_write_failing_part_way_says_what_was_stored_and_a_rerun_completes(tmp
 def test_an_embedding_failure_stores_nothing_and_a_rerun_stores_all(tmp_path: Path,
                                                                     capsys) -> None:
     path, store = bulk_file(tmp_path), str(tmp_path / "store")
-    cosines = {memory_node(f, d).get_content(): 0.5 for f, d in BULK}
+    cosines = spread_cosines(memory_node(f, d).get_content() for f, d in BULK)
     argv = ["add", "--file", str(path), "--store", store]
     assert main(argv, embed_model=BatchFailingEmbedding(cosines)) == 1
     assert error_line(capsys.readouterr().err) == (
@@ -623,7 +623,7 @@ def test_a_full_disk_stops_before_edge_writes_says_what_was_stored_and_a_rerun_c
     from llama_index_recency.storage import QdrantEdgeVectorStore
 
     path, store = bulk_file(tmp_path), str(tmp_path / "store")
-    cosines = {memory_node(f, d).get_content(): 0.5 for f, d in BULK}
+    cosines = spread_cosines(memory_node(f, d).get_content() for f, d in BULK)
     real_usage, free = shutil.disk_usage, [1 << 40]
     monkeypatch.setattr(shutil, "disk_usage",
                         lambda p: real_usage(p)._replace(free=free[0]))
@@ -678,7 +678,8 @@ def test_filling_a_real_tmpfs_is_one_line_with_the_count_and_list_is_no_sigbus(
     path = tmp_path / "many.json"
     path.write_text(json.dumps({"memories": [{"fact": f, "date": d} for f, d in memories]}),
                     "utf-8")
-    embed = KnownCosineEmbedding({memory_node(f, d).get_content(): 0.5 for f, d in memories})
+    embed = KnownCosineEmbedding(spread_cosines(memory_node(f, d).get_content()
+                                                for f, d in memories))
     store = str(small_tmpfs / "store")
     code, _, err = run_in_child(["add", "--file", str(path), "--store", store], embed)
     assert code == 1, f"killed by signal {-code}" if code < 0 else err

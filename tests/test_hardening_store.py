@@ -27,7 +27,7 @@ from llama_index_recency.storage import (
     outbox_path,
 )
 
-from conftest import KnownCosineEmbedding, error_line
+from conftest import KnownCosineEmbedding, error_line, spread_cosines
 
 pytestmark = pytest.mark.usefixtures("cli_environment")
 
@@ -46,7 +46,8 @@ def written(store: str) -> dict[Path, tuple[int, int]]:
 def add_many(store: str, tmp_path: Path) -> KnownCosineEmbedding:
     path = tmp_path / "many.json"
     path.write_text(json.dumps({"memories": [{"fact": f, "date": d} for f, d in MANY]}), "utf-8")
-    embed = KnownCosineEmbedding({memory_node(f, d).get_content(): 0.5 for f, d in [*MANY, MEMORY]})
+    embed = KnownCosineEmbedding(spread_cosines(memory_node(f, d).get_content()
+                                                for f, d in [*MANY, MEMORY]))
     assert main(["add", "--file", str(path), "--store", store], embed_model=embed) == 0
     return embed
 
