@@ -40,8 +40,9 @@ within ``supersede_margin``; a newer one moved before a passing older one is adm
 the shipped step does), then the gate and top 3. Two variants: "anchored" (as just said) and
 "anchors near the question" (the chosen rule: an anchor is never a sentence that is itself
 a question, a pair counts only when both anchors are among the ``NEAR_ANCHORS`` = 7 nearest
-the question in the window, and the margin leaves the words' part out, as the shipped step
-reads it). Moves are counted, and a move is false when the pair is not (later, older) of one
+the question in the window, are not the same sentence and were said ``DAYS_APART`` = 21
+days apart or more, and the margin leaves the words' part out, as the shipped step reads
+it). Moves are counted, and a move is false when the pair is not (later, older) of one
 fact. ``--locomo DIR`` adds held-out LoCoMo recall@1/3/5 with and without the chosen rule.
 
 Also the cost per retrieval of the default (gate on, turns) against Edge's plain top-8 search,
@@ -181,7 +182,12 @@ def policies(reference: str) -> dict[str, RecencyPolicy]:
 PROTOTYPES = ("anchored", "anchors near the question")
 NEAR_ANCHORS = 7
 """The rule pairs two memories only when both anchors are among this many nearest the
-question in the window (chosen on the tune split: 7-12 all meet the goals there)."""
+question in the window (chosen on the tune split: 7-12 all meet the goals there)..."""
+SAME_ANCHOR = 0.99
+"""...never two whose anchors say the same (cosine at least this: small talk repeated)..."""
+DAYS_APART = 21.0
+"""...and only two said this many days apart or more (a restatement within a session or
+the next weeks continues a topic; chosen with LoCoMo's tune conversations, 14-28 hold)."""
 
 
 def passed(question: Question, store: Store, found: Sequence[str]) -> bool:
@@ -261,13 +267,14 @@ def sentence_versions(ids: Sequence[str], parts: dict[str, np.ndarray], z: float
 
 
 def near_anchor_versions(ids: Sequence[str], parts: dict[str, np.ndarray],
-                         split_of: dict[str, list[str]], z: float,
-                         query: np.ndarray) -> dict[str, str]:
+                         split_of: dict[str, list[str]], z: float, query: np.ndarray,
+                         ages: dict[str, float]) -> dict[str, str]:
     """The chosen rule: each memory by its anchor, its sentence nearest the question that is
     not itself a question (a question to the assistant states no fact); ``_versions`` of
     supersession.py over the anchors (centred on their mean, mutual nearest, ``z`` sd above
-    the mean of the window's pairs), a pair kept only when both anchors are among the
-    :data:`NEAR_ANCHORS` nearest the question."""
+    the mean of the window's pairs other than identical ones), a pair kept only when both
+    anchors are among the :data:`NEAR_ANCHORS` nearest the question, are not the same
+    sentence (:data:`SAME_ANCHOR`) and were said :data:`DAYS_APART` or more apart."""
     if len(ids) < 3:
         return {}
     anchor, near = {}, {}
@@ -279,17 +286,20 @@ def near_anchor_versions(ids: Sequence[str], parts: dict[str, np.ndarray],
         near[i] = float(cosines[anchor[i]])
     nearest = set(sorted(ids, key=lambda i: -near[i])[:NEAR_ANCHORS])
     matrix = np.vstack([parts[i][anchor[i]] for i in ids])
+    same = _unit(matrix) @ _unit(matrix).T >= SAME_ANCHOR
     centred = _unit(matrix - matrix.mean(axis=0))
     similarity = centred @ centred.T
-    np.fill_diagonal(similarity, -np.inf)
-    pairs = similarity[np.triu_indices(len(ids), 1)]
-    if pairs.std() <= 0.0:
+    upper = np.triu_indices(len(ids), 1)
+    pairs = similarity[upper][~same[upper]]
+    if len(pairs) < 2 or pairs.std() <= 0.0:
         return {}
     cut = float(pairs.mean()) + z * float(pairs.std())
+    similarity[same] = -np.inf  # the diagonal too
     nearest_two = np.argsort(-similarity, axis=1)[:, :2]
     return {ids[a]: ids[b] for a, (b, _) in enumerate(nearest_two)
             if a in nearest_two[b] and similarity[a, b] >= cut
-            and ids[a] in nearest and ids[b] in nearest}
+            and ids[a] in nearest and ids[b] in nearest
+            and abs(ages[ids[a]] - ages[ids[b]]) >= DAYS_APART}
 
 
 def prototype(rows: Sequence[Any], nearest: dict[str, str], margin: float, threshold: float,
@@ -359,7 +369,8 @@ def locomo_recall(folder: Path, sentence_vectors: SentenceVectors) -> list[str]:
                 asked = policy.for_question(question)
                 nearest = {} if asked.supersede_margin is None else near_anchor_versions(
                     ids, parts, split_of, asked.supersede_z,
-                    _unit(np.asarray(vector, dtype=np.float64)))
+                    _unit(np.asarray(vector, dtype=np.float64)),
+                    {row.node_id: row.age_days for row in rows})
                 found, moved = prototype(rows, nearest, asked.supersede_margin or 0.0,
                                          -math.inf, 5, without_words=True)
                 asked_n += 1
@@ -443,8 +454,9 @@ def main() -> None:
                     if asked.supersede_margin is not None and variant == "anchored":
                         nearest = sentence_versions(ids, parts, asked.supersede_z, query)
                     elif asked.supersede_margin is not None:
-                        nearest = near_anchor_versions(ids, parts, split_of, asked.supersede_z,
-                                                       query)
+                        nearest = near_anchor_versions(
+                            ids, parts, split_of, asked.supersede_z, query,
+                            {row.node_id: row.age_days for row in rows})
                     margin = asked.supersede_margin or 0.0
                     for gate, threshold in (("on", asked.threshold), ("off", -math.inf)):
                         found, moved = prototype(rows, nearest, margin, threshold, shipped.top_n,
