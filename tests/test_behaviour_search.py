@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from llama_index.core.schema import NodeWithScore, TextNode
@@ -101,6 +102,20 @@ def test_a_crowd_of_near_ties_widens_a_bounded_number_of_times() -> None:
     assert [n.node.node_id for n in nodes] == [n.node.node_id for n in everything.nodes]
 
 
+class ReadsCounted:
+    """A real Edge shard whose reads of points by id are counted."""
+
+    def __init__(self, shard: Any, reads: list[int]) -> None:
+        self.shard, self.reads = shard, reads
+
+    def retrieve(self, *args: Any) -> Any:
+        self.reads.append(1)
+        return self.shard.retrieve(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.shard, name)
+
+
 def test_the_retriever_asks_a_real_edge_store_four_searches_for_a_question(monkeypatch) -> None:
     """A daily-habit log on Edge: 150 near-identical old memories outscore three fresh ones by
     raw cosine. The exact search's search of every memory and three tier searches (the young
@@ -125,7 +140,30 @@ def test_the_retriever_asks_a_real_edge_store_four_searches_for_a_question(monke
         return original(store, *args, **kwargs)
 
     monkeypatch.setattr(store_class, "query", counted)
+    reads: list[int] = []  # the shard's reads by id: the candidates' vectors come with a query
+    monkeypatch.setattr(index.vector_store, "_shard", ReadsCounted(index.vector_store.client,
+                                                                   reads))
     policy = RecencyPolicy(reference_date=REFERENCE.date().isoformat(), top_n=3)
     found = QdrantRecencyRetriever.from_index(index, policy, user_id="taro").retrieve(QUERY)
     assert [n.node.node_id for n in found] == [n.node_id for n in fresh]
-    assert len(searches) == 4
+    assert len(searches) == 4 and reads == []
+
+
+def test_the_versions_step_gets_the_candidates_vectors_with_its_search(monkeypatch) -> None:
+    versions = [memory_node(f"Taro drinks coffee, way {i}.", (REFERENCE - timedelta(days=9 * i)).date(),
+                            user_id="taro") for i in range(5)]
+    index = open_memory_index(KnownCosineEmbedding(cosines_for(versions,
+                                                               [0.60, 0.61, 0.62, 0.63, 0.64])))
+    index.insert_nodes(versions)
+    searches: list[int] = []
+    store_class = type(index.vector_store)
+    original = store_class.query
+    monkeypatch.setattr(store_class, "query", lambda store, *args, **kwargs: (
+        searches.append(1), original(store, *args, **kwargs))[1])
+    reads: list[int] = []
+    monkeypatch.setattr(index.vector_store, "_shard", ReadsCounted(index.vector_store.client,
+                                                                   reads))
+    policy = RecencyPolicy(reference_date=REFERENCE.date().isoformat(), supersede_margin=0.05)
+    ranking = QdrantRecencyRetriever.from_index(index, policy, user_id="taro").explain(QUERY)
+    assert ranking.rows and len(searches) >= 2  # the exact search, then the window
+    assert reads == []  # no second call for the window's vectors

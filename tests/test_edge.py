@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -28,9 +29,9 @@ from llama_index.core.vector_stores.types import (
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import QdrantClient
 
-from llama_index_recency.errors import MemoryStoreLockedError
+from llama_index_recency.errors import MemoryStoreClosedError, MemoryStoreLockedError
 from llama_index_recency.ranking.lexical import TERMS_KEY, stored_terms
-from llama_index_recency.storage import QdrantEdgeVectorStore
+from llama_index_recency.storage import QdrantEdgeVectorStore, term_counts
 from llama_index_recency.storage.edge_cache import WriteAwareCache
 from llama_index_recency.storage.edge_files import METADATA_FILE
 
@@ -366,7 +367,7 @@ def test_a_filtered_count_is_kept_until_the_next_write_of_any_kind(
         (lambda: store.set_payloads([(node_id(8), {"kind": "task"})]), 7),
         (lambda: store.delete("doc-1"), 4),  # notes 1, 3, 5 (and the task 7)
         (lambda: store.delete_nodes(node_ids=[node_id(0)]), 3),
-        (lambda: store.delete_nodes(filters=group(f("kind", "==", "task"))), 3),
+        (lambda: store.delete_nodes(node_ids=[node_id(2), node_id(8)], filters=notes), 2),
     ]
     for write, left in writes:
         write()
@@ -388,6 +389,40 @@ def test_a_count_overlapping_a_write_is_returned_but_not_kept() -> None:
     assert counts.get("b", with_a_write_meanwhile) == 3
     assert [counts.get("a", lambda: 4), counts.get("b", lambda: 5)] == [4, 5]
     assert [counts.get("a", lambda: 6), counts.get("b", lambda: 7)] == [4, 5]  # kept now
+    write = counts.writing()
+    write.__enter__()
+
+    def ending_the_write() -> int:
+        write.__exit__(None, None, None)
+        return 8
+
+    assert counts.get("c", ending_the_write) == 8  # begun while a write was under way
+    assert counts.get("c", lambda: 9) == 9
+
+
+def test_a_count_is_never_kept_apart_from_its_filter_or_its_store(
+        store: QdrantEdgeVectorStore, shard_path: Path) -> None:
+    store.add([TextNode(id_=node_id(i), text=f"n {i}", metadata={"n": float(i)},
+                        embedding=unit([1.0, i, 0.0])) for i in range(5)])
+    above = [store.count(group(f("n", ">", bound))) for bound in (-math.inf, math.inf)]
+    assert above == [5, 0]  # filters that JSON would write alike are kept apart
+    store.close()
+    with pytest.raises(MemoryStoreClosedError):
+        store.kept("anything", lambda: 1)
+
+
+def test_nothing_is_kept_before_the_shard_exists(tmp_path: Path) -> None:
+    """A handle with no shard yet holds no lock: another one may create the shard."""
+    first = QdrantEdgeVectorStore(tmp_path / "shard")
+    assert term_counts(first, ["note"], None) == (0, {"note": 0})
+    second = QdrantEdgeVectorStore(tmp_path / "shard")
+    second.add([TextNode(id_=node_id(1), text="a note", metadata={"kind": "note"},
+                         embedding=[1.0, 0.0, 0.0])])
+    second.close()
+    with pytest.raises(ValueError, match="holds 3-dim vectors"):
+        first.add([TextNode(id_=node_id(2), text="wrong", embedding=[1.0, 0.0, 0.0, 0.0])])
+    assert term_counts(first, ["note"], None) == (1, {"note": 1})
+    first.close()
 
 
 @pytest.mark.slow

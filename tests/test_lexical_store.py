@@ -9,6 +9,7 @@ from datetime import date
 import numpy as np
 import pytest
 from llama_index.core.schema import QueryBundle
+from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
 from qdrant_client import QdrantClient, models
 
 from llama_index_recency import (
@@ -24,6 +25,7 @@ from llama_index_recency.ranking.lexical import (
     stored_terms,
     terms,
 )
+from llama_index_recency.records.nodes import USER_ID_KEY
 from llama_index_recency.storage import term_counts
 from llama_index_recency.writing.updates import insert_memories
 
@@ -105,6 +107,22 @@ def test_each_question_weighs_its_words_in_the_store_as_the_last_write_left_it(
     assert term_counts(store, asked, None) == (9, {"kuro": 2})
     store.delete_nodes(node_ids=[chewed.node_id])
     assert term_counts(store, asked, None) == (8, {"kuro": 1})
+
+
+def test_each_users_words_are_weighed_in_that_users_memories(e5, tmp_path) -> None:
+    index = open_memory_index(e5, path=tmp_path / "store")
+    insert_memories(index, [
+        memory_node("Kuro chewed the user's slippers.", date(2026, 9, 2), user_id="taro"),
+        memory_node("Hanako walks Kuro on Sundays.", date(2026, 9, 3), user_id="hanako"),
+        memory_node("Hanako drinks green tea.", date(2026, 9, 4), user_id="hanako")])
+
+    def scope(user: str) -> MetadataFilters:
+        return MetadataFilters(filters=[MetadataFilter(key=USER_ID_KEY, value=user)])
+
+    store, asked = index.vector_store, question_terms("What is Kuro like?")
+    assert term_counts(store, asked, scope("taro")) == (1, {"kuro": 1})
+    assert term_counts(store, asked, scope("hanako")) == (2, {"kuro": 1})
+    assert term_counts(store, asked, None) == (3, {"kuro": 2})
 
 
 def test_plain_insert_nodes_into_local_mode_are_filled_in_and_ranked_alike(e5) -> None:

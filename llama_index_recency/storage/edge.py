@@ -11,7 +11,7 @@ import os
 import shutil
 import weakref
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, Optional
 
 import qdrant_edge as edge
@@ -208,10 +208,10 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         """
         shard = self._require_open()
         if shard is not None:
-            match = edge.FieldCondition(key=DOCUMENT_ID_KEY, match=edge.MatchValue(ref_doc_id))
+            match = edge.Filter(must=[edge.FieldCondition(key=DOCUMENT_ID_KEY,
+                                                          match=edge.MatchValue(ref_doc_id))])
             with self._writing(SPACE_HEADROOM, "to delete"):
-                shard.update(
-                    edge.UpdateOperation.delete_points_by_filter(edge.Filter(must=[match])))
+                shard.update(edge.UpdateOperation.delete_points_by_filter(match))
 
     def delete_nodes(self, node_ids: Optional[list[str]] = None,
                      filters: Optional[MetadataFilters] = None, **delete_kwargs: Any) -> None:
@@ -291,14 +291,15 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         if shard is None:
             return 0
         with self._edge_calls():
-            if selection is None or filters is None:
+            if selection is None:
                 return int(self.kept("", lambda: shard.info().points_count))
             request = edge.CountRequest(exact=True, filter=selection)
-            return int(self.kept(filters.model_dump_json(), lambda: shard.count(request)))
+            return int(self.kept(repr(filters), lambda: shard.count(request)))  # repr: inf != nan
 
     def kept(self, key: Hashable, read: Callable[[], Any]) -> Any:
-        """``read()`` (a read of the shard), kept under ``key`` until this handle's next write."""
-        return self._kept.get(key, read)
+        """``read()`` of the shard, kept under ``key`` until this handle's next write (nothing
+        is kept before the shard exists: another handle may create it)."""
+        return read() if self._require_open() is None else self._kept.get(key, read)
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """Top ``similarity_top_k`` nodes by exact cosine (raw ``similarities``), embeddings
@@ -413,11 +414,9 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             points = self._shard.count(edge.CountRequest(exact=True)) if self._written else 0
             self._shard.close()
             self._shard = None
-            if self._written:
-                try:
+            if self._written:  # on a full disk the next load assumes a WAL to replay
+                with suppress(OSError):
                     self.update_metadata({SHARD_STATE_KEY: {"closed": True, "points": points}})
-                except OSError:  # a full disk: the next load assumes a WAL to replay
-                    pass
         if self._release is not None:
             self._release()
         self._closed = True
@@ -483,8 +482,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
     @contextmanager
     def _writing(self, needed: int, what: str) -> Iterator[None]:
         """One write to the shard: check the store is writable and has the free space,
-        record before this handle's first write that the shard is not closed, and drop the
-        counts kept before it."""
+        record before this handle's first write that the shard is not closed, and drop what
+        was kept before it."""
         self.require_writable()
         check_space(self.path, self._loaded_from, needed, what)
         if not self._written:

@@ -45,13 +45,13 @@ def run_search(store: BasePydanticVectorStore, search: MemorySearch, vector: lis
 
 def _holds_links(store: BasePydanticVectorStore, key: str) -> bool:
     """False when ``store`` is an Edge store where no memory lists anything under ``key``
-    (its count is kept until the store's next write), so a link search there finds none."""
+    (a count it keeps until its next write), so a link search there finds none."""
     if not isinstance(store, QdrantEdgeVectorStore):
         return True
     listing = MetadataFilters(filters=[MetadataFilter(key=key, operator=FilterOperator.IS_EMPTY,
                                                       value=None)],
                               condition=FilterCondition.NOT)
-    return bool(store.kept(("links", key), lambda: store.count(listing)))
+    return bool(store.count(listing))
 
 
 async def arun_search(store: BasePydanticVectorStore, search: MemorySearch,
@@ -72,8 +72,7 @@ def term_counts(store: BasePydanticVectorStore, question_terms: Sequence[str],
     asked = (None, *question_terms)
     if isinstance(store, QdrantEdgeVectorStore):
         # A question's counts kept as one, until the store's next write.
-        key = ("term counts", tuple(question_terms),
-               None if filters is None else filters.model_dump_json())
+        key = ("term counts", tuple(question_terms), repr(filters))
         counts = store.kept(key, lambda: tuple(store.count(_with_term(filters, term))
                                                for term in asked))
     else:
