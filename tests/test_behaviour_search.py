@@ -149,7 +149,9 @@ def test_the_retriever_asks_a_real_edge_store_four_searches_for_a_question(monke
     assert len(searches) == 4 and reads == []
 
 
-def test_the_versions_step_gets_the_candidates_vectors_with_its_search(monkeypatch) -> None:
+def test_the_versions_window_is_read_by_id_from_the_questions_one_scan(monkeypatch) -> None:
+    """On Edge the exact search and the newer-versions window share one scan of the store
+    (ids and scores); each reads its own nodes, vectors included, by id."""
     versions = [memory_node(f"Taro drinks coffee, way {i}.", (REFERENCE - timedelta(days=9 * i)).date(),
                             user_id="taro") for i in range(5)]
     index = open_memory_index(KnownCosineEmbedding(cosines_for(versions,
@@ -165,5 +167,6 @@ def test_the_versions_step_gets_the_candidates_vectors_with_its_search(monkeypat
                                                                    reads))
     policy = RecencyPolicy(reference_date=REFERENCE.date().isoformat(), supersede_margin=0.05)
     ranking = QdrantRecencyRetriever.from_index(index, policy, user_id="taro").explain(QUERY)
-    assert ranking.rows and len(searches) >= 2  # the exact search, then the window
-    assert reads == []  # no second call for the window's vectors
+    assert ranking.rows
+    assert len(searches) == 1  # one scan: the exact search's, covering the window
+    assert len(reads) == 2  # the candidates' nodes, then the window's

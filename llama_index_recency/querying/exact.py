@@ -40,6 +40,7 @@ from llama_index_recency.ranking.vague import is_vague_reference, with_recent
 from llama_index_recency.records.nodes import SeveralUsersWarning
 from llama_index_recency.storage import (
     QdrantEdgeVectorStore,
+    QuestionScans,
     arun_search,
     aterm_counts,
     fill_terms,
@@ -99,7 +100,8 @@ class ExactSearch:
             return self.empty()
         vector = self._embed(bundle)
         lexical = self._lexical(bundle.query_str)
-        return self._drive(self.plan(bundle, lexical), vector, self._scale(vector))
+        return self._drive(self.plan(bundle, lexical), vector, self._scale(vector),
+                           self._scans(bundle, vector))
 
     async def arank(self, bundle: QueryBundle) -> RecencyRanking:
         """Async :meth:`rank`. Without an async client (Edge, qdrant-client's local mode)
@@ -115,7 +117,8 @@ class ExactSearch:
             if not self._prepare():
                 return self.empty()
             lexical = self._lexical(bundle.query_str)
-            return self._drive(self.plan(bundle, lexical), vector, self._scale(vector))
+            return self._drive(self.plan(bundle, lexical), vector, self._scale(vector),
+                           self._scans(bundle, vector))
         if not await self._aprepare():
             return self.empty()
         vector = await self._aembed(bundle)
@@ -172,8 +175,18 @@ class ExactSearch:
             return None
         return relevance_cohort(self.embed_model).scale(vector)
 
+    def _scans(self, bundle: QueryBundle, vector: List[float]) -> Optional[QuestionScans]:
+        """On Edge, when the question's plan will ask for the newer-versions window: its
+        scans, so that window is read by id rather than found by a second scan."""
+        policy = self.policy.for_question(bundle.query_str)
+        if not isinstance(self.vector_store, QdrantEdgeVectorStore) \
+                or policy.supersede_margin is None:
+            return None
+        return QuestionScans(self.vector_store, vector, policy.supersede_window)
+
     def _drive(
-        self, plan: SearchPlan, vector: List[float], scale: Optional[QueryScale]
+        self, plan: SearchPlan, vector: List[float], scale: Optional[QueryScale],
+        scans: Optional[QuestionScans] = None,
     ) -> RecencyRanking:
         """Run the plan on the engine; with a cohort scale every result's cosine is moved to
         the policy's units first (one affine map per question, so the plan stays exact)."""
@@ -181,7 +194,7 @@ class ExactSearch:
             search = next(plan)
             while True:
                 results = run_search(self.vector_store, search, vector,
-                                     self.policy.date_key, scale)
+                                     self.policy.date_key, scale, scans)
                 if self._several_users is not None:
                     self._several_users.check(n.node for n in results)
                 search = plan.send(results)

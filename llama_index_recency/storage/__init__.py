@@ -22,6 +22,7 @@ from llama_index_recency.storage.edge import (
     QdrantEdgeVectorStore,
 )
 from llama_index_recency.storage.engine import (
+    QuestionScans,
     arun_search,
     aterm_counts,
     has_async_client,
@@ -87,6 +88,7 @@ from llama_index_recency.storage.terms import fill_terms, write_terms
 __all__ = [
     "aget_memories",
     "amemory_history",
+    "QuestionScans",
     "arun_search",
     "aterm_counts",
     "check_collection_name",

@@ -178,8 +178,6 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
                 f"{self._refusal}: it is open read-only, from a temporary copy, so it cannot "
                 f"be changed; {remedy(self._refusal)}")
 
-    # -- nodes ---------------------------------------------------------------------------
-
     def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> list[str]:
         """Upsert nodes (each with an embedding and a UUID id); returns their ids.
 
@@ -251,6 +249,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         if shard is None or node_ids == []:
             return []
         with self._edge_calls():
+            if filters is None and node_ids is not None:  # by id: no scan
+                return [point_node(r) for r in shard.retrieve(sorted(set(node_ids)), True, True)]
             return [point_node(record) for record in scroll(shard, selection, with_vector=True)]
 
     def clear(self) -> None:
@@ -304,7 +304,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """Top ``similarity_top_k`` nodes by exact cosine (raw ``similarities``), embeddings
         with ``with_vectors`` (the field, or ``with_vectors=True``), restricted by ``filters``,
-        ``doc_ids``, ``node_ids`` and ``score_threshold=``.
+        ``doc_ids``, ``node_ids`` and ``score_threshold=``; ``with_payload=False``: ids and
+        similarities only (no node is built).
 
         Raises:
             InvalidInputError: A query that is not a dense one (``mode`` other than
@@ -325,14 +326,14 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             limit=query.similarity_top_k,
             query=edge.Query.Nearest([float(x) for x in query.query_embedding]),
             filter=selection,
-            with_payload=True, with_vector=self.with_vectors or bool(kwargs.get("with_vectors")),
-            params=edge.SearchParams(exact=True),
-            score_threshold=kwargs.get("score_threshold"),
+            with_payload=(payload := kwargs.get("with_payload", True)),
+            with_vector=payload and (self.with_vectors or bool(kwargs.get("with_vectors"))),
+            params=edge.SearchParams(exact=True), score_threshold=kwargs.get("score_threshold"),
         )
         with self._edge_calls():
             points = shard.query(request)
         return VectorStoreQueryResult(
-            nodes=[point_node(point) for point in points],
+            nodes=[point_node(point) for point in points] if payload else None,
             similarities=[point.score for point in points],
             ids=[str(point.id) for point in points],
         )

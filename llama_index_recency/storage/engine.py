@@ -3,10 +3,12 @@ Qdrant Edge, a Qdrant server or qdrant-client's local mode, its results as score
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Optional, cast
 
-from llama_index.core.schema import NodeWithScore
+from llama_index.core.schema import BaseNode, NodeWithScore
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
     FilterCondition,
@@ -31,16 +33,62 @@ from llama_index_recency.storage.store import qdrant_selection
 
 
 def run_search(store: BasePydanticVectorStore, search: MemorySearch, vector: list[float],
-               date_key: str, scale: Optional[QueryScale]) -> Sequence[NodeWithScore]:
+               date_key: str, scale: Optional[QueryScale],
+               scans: Optional["QuestionScans"] = None) -> Sequence[NodeWithScore]:
     """``search`` on ``store`` for the question ``vector``: the results (in the policy's
-    units when ``scale`` is given, with their vectors when the search asks for them)."""
+    units when ``scale`` is given, with their vectors when the search asks for them),
+    answered from the question's ``scans`` where they can."""
     if search.linked is not None and not _holds_links(store, search.linked[0]):
         return []
+    if scans is not None and (scanned := scans.answer(search, date_key)) is not None:
+        return _scored(scanned, scale)
     query, kwargs = engine_query(store, search, vector, date_key)
     results = _scored(store.query(query, **kwargs), scale)
     if search.with_vectors and (missing := _missing_vectors(results)):
         _attach_vectors(results, stored_vectors(store, missing))
     return results
+
+
+class QuestionScans:
+    """One question's scans of an Edge store by cosine, ids and scores only, so that a later
+    search of its plan over the same memories (the newer-versions window after the first
+    search) reads its nodes by id instead of scanning the store again.
+
+    A scan asks for at least ``at_least`` memories (the window the plan will want) and builds
+    nodes only for the results a search returns.
+    """
+
+    def __init__(self, store: QdrantEdgeVectorStore, vector: list[float], at_least: int) -> None:
+        self.store = store
+        self.vector = vector
+        self.at_least = at_least
+        self._scan: Optional[tuple[MemorySearch, int, VectorStoreQueryResult]] = None
+        self._nodes: dict[str, BaseNode] = {}  # read this question, by id
+
+    def answer(self, search: MemorySearch, date_key: str) -> Optional[VectorStoreQueryResult]:
+        """The results of ``search`` from a scan (made now if none covers it); None for a
+        search over a tier, a term, links or given ids, which runs as it is."""
+        if (search.since, search.term, search.ids, search.linked) != (None,) * 4 \
+                or search.undated_only:
+            return None
+        scope = replace(search, limit=0, min_score=None, with_vectors=False)
+        scan = self._scan
+        # A scan covers the search when it asked for as many, or came back short (all of them).
+        if scan is None or scan[0] != scope or len(scan[2].ids or []) == scan[1] < search.limit:
+            limit = max(search.limit, self.at_least)
+            query = VectorStoreQuery(query_embedding=self.vector, similarity_top_k=limit,
+                                     filters=search.metadata_filters(date_key))
+            scan = self._scan = (scope, limit, self.store.query(query, with_payload=False))
+        cut = -math.inf if search.min_score is None else search.min_score
+        hits = [(point, score) for point, score
+                in zip(scan[2].ids or [], scan[2].similarities or [], strict=True)
+                if score >= cut][:search.limit]
+        unread = [point for point, _ in hits if point not in self._nodes]
+        self._nodes.update((node.node_id, node) for node in self.store.get_nodes(node_ids=unread))
+        kept = [(self._nodes[point], score) for point, score in hits if point in self._nodes]
+        return VectorStoreQueryResult(nodes=[node for node, _ in kept],
+                                      similarities=[score for _, score in kept],
+                                      ids=[node.node_id for node, _ in kept])
 
 
 def _holds_links(store: BasePydanticVectorStore, key: str) -> bool:
