@@ -29,7 +29,11 @@ from llama_index.core.vector_stores.types import (
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import QdrantClient
 
-from llama_index_recency.errors import MemoryStoreClosedError, MemoryStoreLockedError
+from llama_index_recency.errors import (
+    InvalidInputError,
+    MemoryStoreClosedError,
+    MemoryStoreLockedError,
+)
 from llama_index_recency.ranking.lexical import TERMS_KEY, stored_terms
 from llama_index_recency.storage import QdrantEdgeVectorStore, term_counts
 from llama_index_recency.storage.edge_cache import WriteAwareCache
@@ -99,6 +103,24 @@ def test_a_node_round_trips_through_get_nodes_and_query(store: QdrantEdgeVectorS
     result = store.query(query)
     assert without_embedding(result.nodes[0]) == without_embedding(node)
     assert result.nodes[0].embedding == pytest.approx([0.6, 0.0, 0.8])
+
+
+def test_a_scan_without_payloads_then_nodes_read_by_id(store: QdrantEdgeVectorStore) -> None:
+    """``with_payload=False`` ranks ids without building a node; ``get_nodes`` by ids alone
+    reads those (vectors included), skips ids the store does not hold, refuses a non-UUID."""
+    near, far = (TextNode(id_=str(uuid.uuid4()), text=text, embedding=vector)
+                 for text, vector in (("near", [1.0, 0.1, 0.0]), ("far", [0.0, 1.0, 0.0])))
+    store.add([near, far])
+    query = VectorStoreQuery(query_embedding=[1.0, 0.0, 0.0], similarity_top_k=5)
+    scan = store.query(query, with_payload=False)
+    assert scan.nodes is None and scan.ids == [near.node_id, far.node_id]
+    assert scan.similarities == pytest.approx([0.995037, 0.0], abs=1e-6)
+    got = store.get_nodes(node_ids=[far.node_id, str(uuid.uuid4()), near.node_id])
+    assert sorted((n.node_id, n.get_content()) for n in got) == sorted(
+        [(near.node_id, "near"), (far.node_id, "far")])
+    assert all(n.embedding for n in got)
+    with pytest.raises(InvalidInputError, match="'doc-1' is not a UUID"):
+        store.get_nodes(node_ids=["doc-1"])
 
 
 def test_works_under_a_vector_store_index(store: QdrantEdgeVectorStore) -> None:

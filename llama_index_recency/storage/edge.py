@@ -318,15 +318,14 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
                 f"QdrantEdgeVectorStore supports dense queries only, not {query.mode}")
         if query.query_embedding is None:
             raise InvalidInputError("the query has no query_embedding")
-        shard = self._require_open()
+        shard, payload = self._require_open(), bool(kwargs.get("with_payload", True))
         selection = query_filter(query)
         if shard is None:
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
         request = edge.QueryRequest(
             limit=query.similarity_top_k,
             query=edge.Query.Nearest([float(x) for x in query.query_embedding]),
-            filter=selection,
-            with_payload=(payload := kwargs.get("with_payload", True)),
+            filter=selection, with_payload=payload,
             with_vector=payload and (self.with_vectors or bool(kwargs.get("with_vectors"))),
             params=edge.SearchParams(exact=True), score_threshold=kwargs.get("score_threshold"),
         )
