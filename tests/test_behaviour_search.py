@@ -103,13 +103,13 @@ def test_a_crowd_of_near_ties_widens_a_bounded_number_of_times() -> None:
 
 
 class ReadsCounted:
-    """A real Edge shard whose reads of points by id are counted."""
+    """A real Edge shard whose reads of points by id are recorded (how many ids each)."""
 
     def __init__(self, shard: Any, reads: list[int]) -> None:
         self.shard, self.reads = shard, reads
 
     def retrieve(self, *args: Any) -> Any:
-        self.reads.append(1)
+        self.reads.append(len(args[0]))
         return self.shard.retrieve(*args)
 
     def __getattr__(self, name: str) -> Any:
@@ -151,12 +151,15 @@ def test_the_retriever_asks_a_real_edge_store_four_searches_for_a_question(monke
 
 def test_the_versions_window_is_read_by_id_from_the_questions_one_scan(monkeypatch) -> None:
     """On Edge the exact search and the newer-versions window share one scan of the store
-    (ids and scores); each reads its own nodes, vectors included, by id."""
+    (ids and scores); the window reads by id, vectors included, only the memories the exact
+    search did not return (those under the gate's reach)."""
     versions = [memory_node(f"Taro drinks coffee, way {i}.", (REFERENCE - timedelta(days=9 * i)).date(),
                             user_id="taro") for i in range(5)]
-    index = open_memory_index(KnownCosineEmbedding(cosines_for(versions,
-                                                               [0.60, 0.61, 0.62, 0.63, 0.64])))
-    index.insert_nodes(versions)
+    others = [memory_node(f"Taro noted thing {i}.", (REFERENCE - timedelta(days=i)).date(),
+                          user_id="taro") for i in range(20)]
+    raws = [0.60, 0.61, 0.62, 0.63, 0.64] + [0.10 + 0.01 * i for i in range(20)]
+    index = open_memory_index(KnownCosineEmbedding(cosines_for([*versions, *others], raws)))
+    index.insert_nodes([*versions, *others])
     searches: list[int] = []
     store_class = type(index.vector_store)
     original = store_class.query
@@ -169,4 +172,4 @@ def test_the_versions_window_is_read_by_id_from_the_questions_one_scan(monkeypat
     ranking = QdrantRecencyRetriever.from_index(index, policy, user_id="taro").explain(QUERY)
     assert ranking.rows
     assert len(searches) == 1  # one scan: the exact search's, covering the window
-    assert len(reads) == 2  # the candidates' nodes, then the window's
+    assert reads == [5, 15]  # the candidates' nodes, then the rest of the window's 20

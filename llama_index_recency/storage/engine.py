@@ -99,7 +99,7 @@ def _holds_links(store: BasePydanticVectorStore, key: str) -> bool:
     listing = MetadataFilters(filters=[MetadataFilter(key=key, operator=FilterOperator.IS_EMPTY,
                                                       value=None)],
                               condition=FilterCondition.NOT)
-    return bool(store.count(listing))
+    return bool(store.kept(("lists", key), lambda: store.count(listing)))
 
 
 async def arun_search(store: BasePydanticVectorStore, search: MemorySearch,
