@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import numpy as np
 import pytest
-from llama_index.core.schema import NodeWithScore, TextNode
+from llama_index.core import MockEmbedding
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from llama_index_recency import (
     QdrantRecencyRetriever,
@@ -17,6 +19,7 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
+from llama_index_recency.querying.exact import ExactSearch
 from llama_index_recency.ranking.plan import MemorySearch, SearchPlan, exact_recency_search
 from llama_index_recency.ranking.policy import parse_memory_date
 
@@ -173,3 +176,41 @@ def test_the_versions_window_is_read_by_id_from_the_questions_one_scan(monkeypat
     assert ranking.rows
     assert len(searches) == 1  # one scan: the exact search's, covering the window
     assert reads == [5, 15]  # the candidates' nodes, then the rest of the window's 20
+
+
+def test_one_scan_per_question_ranks_as_separate_searches_do(monkeypatch) -> None:
+    """The shared scan is only a cheaper way to the same searches: over clusters of dated
+    near-repeats (the newer-versions step at work, windows widening in crowds), every
+    question's rows, verdicts and final scores are those of the plan run search by search."""
+    rng = np.random.default_rng(5)
+    topics = rng.normal(size=(12, 24))
+    nodes = []
+    for i in range(300):
+        topic = topics[i % 12]
+        vector = topic + rng.normal(scale=0.35 if i % 3 else 0.15, size=24)
+        node = memory_node(f"Taro's note {i}.", (REFERENCE - timedelta(days=int(rng.integers(0, 200)))
+                                                 ).date(), user_id="taro")
+        node.embedding = (vector / np.linalg.norm(vector)).tolist()
+        nodes.append(node)
+    for i in range(80):  # a crowd of recent repeats on the first topic: searches widen
+        vector = topics[0]
+        node = memory_node(f"Taro's daily note {i}.", (REFERENCE - timedelta(days=i % 5)).date(),
+                           user_id="taro")
+        node.embedding = (vector / np.linalg.norm(vector)).tolist()
+        nodes.append(node)
+    index = open_memory_index(MockEmbedding(embed_dim=24))
+    index.insert_nodes(nodes)
+    policy = RecencyPolicy(reference_date=REFERENCE.date().isoformat(), threshold=0.8,
+                           supersede_margin=0.05)
+    retriever = QdrantRecencyRetriever.from_index(index, policy)
+    questions = [QueryBundle(QUERY, embedding=(q / np.linalg.norm(q)).tolist())
+                 for q in topics + rng.normal(scale=0.2, size=topics.shape)]
+
+    def rows_of(bundle: QueryBundle) -> list[tuple[str, bool, str, float]]:
+        return [(r.node_id, r.kept, r.reason, round(r.final, 9))
+                for r in retriever.explain(bundle).rows]
+
+    shared = [rows_of(q) for q in questions]
+    assert sum("newer version" in r[2] for rows in shared for r in rows) >= 3
+    monkeypatch.setattr(ExactSearch, "_scans", lambda *args: None)
+    assert [rows_of(q) for q in questions] == shared
