@@ -88,7 +88,6 @@ from llama_index_recency.storage.terms import fill_terms, write_terms
 __all__ = [
     "aget_memories",
     "amemory_history",
-    "QuestionScans",
     "arun_search",
     "aterm_counts",
     "check_collection_name",
@@ -133,6 +132,7 @@ __all__ = [
     "POLICY_METADATA_KEY",
     "policy_records",
     "QdrantEdgeVectorStore",
+    "QuestionScans",
     "run_search",
     "save_forgotten",
     "save_gate_fit",
