@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any, Optional, cast
 
 from llama_index.core.schema import BaseNode, NodeWithScore
@@ -52,17 +51,17 @@ def run_search(store: BasePydanticVectorStore, search: MemorySearch, vector: lis
 class QuestionScans:
     """One question's scans of an Edge store by cosine, ids and scores only, so that a later
     search of its plan over the same memories (the newer-versions window after the first
-    search) reads its nodes by id instead of scanning the store again.
+    search) is answered without scanning the store again.
 
-    A scan asks for at least ``at_least`` memories (the window the plan will want) and builds
-    nodes only for the results a search returns.
+    A scan asks for at least ``at_least`` memories (the window the plan will want); a search
+    reads by id, in one call, only the nodes of its results the question has not read yet.
     """
 
     def __init__(self, store: QdrantEdgeVectorStore, vector: list[float], at_least: int) -> None:
         self.store = store
         self.vector = vector
         self.at_least = at_least
-        self._scan: Optional[tuple[MemorySearch, int, VectorStoreQueryResult]] = None
+        self._scan: Optional[tuple[Optional[MetadataFilters], int, VectorStoreQueryResult]] = None
         self._nodes: dict[str, BaseNode] = {}  # read this question, by id
 
     def answer(self, search: MemorySearch, date_key: str) -> Optional[VectorStoreQueryResult]:
@@ -71,20 +70,21 @@ class QuestionScans:
         if (search.since, search.term, search.ids, search.linked) != (None,) * 4 \
                 or search.undated_only:
             return None
-        scope = replace(search, limit=0, min_score=None, with_vectors=False)
-        scan = self._scan
+        scan = self._scan  # a plain search's scope is its filters
         # A scan covers the search when it asked for as many, or came back short (all of them).
-        if scan is None or scan[0] != scope or len(scan[2].ids or []) == scan[1] < search.limit:
+        if scan is None or scan[0] != search.filters \
+                or len(scan[2].ids or []) == scan[1] < search.limit:
             limit = max(search.limit, self.at_least)
             query = VectorStoreQuery(query_embedding=self.vector, similarity_top_k=limit,
                                      filters=search.metadata_filters(date_key))
-            scan = self._scan = (scope, limit, self.store.query(query, with_payload=False))
+            scan = self._scan = (search.filters, limit, self.store.query(query, with_payload=False))
         cut = -math.inf if search.min_score is None else search.min_score
         hits = [(point, score) for point, score
                 in zip(scan[2].ids or [], scan[2].similarities or [], strict=True)
                 if score >= cut][:search.limit]
-        unread = [point for point, _ in hits if point not in self._nodes]
-        self._nodes.update((node.node_id, node) for node in self.store.get_nodes(node_ids=unread))
+        if unread := [point for point, _ in hits if point not in self._nodes]:
+            self._nodes.update((node.node_id, node)
+                               for node in self.store.get_nodes(node_ids=unread))
         kept = [(self._nodes[point], score) for point, score in hits if point in self._nodes]
         return VectorStoreQueryResult(nodes=[node for node, _ in kept],
                                       similarities=[score for _, score in kept],
