@@ -81,6 +81,14 @@ CASES = [
     (all_of(all_of(f("kind", "==", "event"), condition="not"), f("score", "<", 0), condition="or"),
      "ABCDF"),
     (all_of(f("kind", "==", "note"), MetadataFilters(filters=[])), "AB"),
+    # Groups inside groups: an AND inside an AND is spelled out in place, any other kept whole.
+    (all_of(all_of(f("kind", "==", "task")), all_of(f("n", ">", 3), MetadataFilters(filters=[]))),
+     "D"),
+    (all_of(all_of(all_of(f("kind", "==", "task")), f("n", ">=", 3)),
+            f("date", ">=", "2026-08-01")), "CD"),
+    (all_of(all_of(f("kind", "==", "note"), f("n", "==", 1)), condition="not"), "BCDEF"),
+    (all_of(all_of(f("kind", "==", "note"), f("n", "==", 2)),
+            all_of(f("kind", "==", "event"), f("score", "<", 0)), condition="or"), "BF"),
 ]
 
 

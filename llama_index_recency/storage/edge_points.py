@@ -80,7 +80,7 @@ def point_selection(
         must.append(edge.HasIdCondition({point_id(node_id) for node_id in node_ids}))
     if filters is not None and filters.filters:
         must.append(to_edge_filter(filters))
-    return edge.Filter(must=must) if must else None
+    return _all_of(must)
 
 
 def query_filter(query: VectorStoreQuery) -> Optional[edge.Filter]:
@@ -97,7 +97,20 @@ def query_filter(query: VectorStoreQuery) -> Optional[edge.Filter]:
         must.append(edge.HasIdCondition({point_id(node_id) for node_id in query.node_ids}))
     if query.filters is not None and query.filters.filters:
         must.append(to_edge_filter(query.filters))
-    return edge.Filter(must=must) if must else None
+    return _all_of(must)
+
+
+def _all_of(must: list[Any]) -> Optional[edge.Filter]:
+    """The filter every one of ``must`` holds for (None: no condition), a filter among them
+    that only lists what must hold spelled out in place: Edge plans a flat filter faster."""
+    flat: list[Any] = []
+    for condition in must:
+        if isinstance(condition, edge.Filter) and condition.must and not (
+                condition.should or condition.must_not or condition.min_should):
+            flat.extend(condition.must)
+        else:
+            flat.append(condition)
+    return edge.Filter(must=flat) if flat else None
 
 
 def scroll(
