@@ -4,6 +4,7 @@ costs a few searches (the plan's loops end), on the plan itself and on a real Ed
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 from llama_index.core import MockEmbedding
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.vector_stores.types import VectorStoreQuery
 
 from llama_index_recency import (
     QdrantRecencyRetriever,
@@ -22,6 +24,7 @@ from llama_index_recency import (
 from llama_index_recency.querying.exact import ExactSearch
 from llama_index_recency.ranking.plan import MemorySearch, SearchPlan, exact_recency_search
 from llama_index_recency.ranking.policy import parse_memory_date
+from llama_index_recency.storage import QuestionScans, run_search
 
 from conftest import QUERY, KnownCosineEmbedding, cosines_for, drive_plan
 
@@ -214,3 +217,70 @@ def test_one_scan_per_question_ranks_as_separate_searches_do(monkeypatch) -> Non
     assert sum("newer version" in r[2] for rows in shared for r in rows) >= 3
     monkeypatch.setattr(ExactSearch, "_scans", lambda *args: None)
     assert [rows_of(q) for q in questions] == shared
+
+
+def _rows_with_and_without_the_shared_scan(monkeypatch, retriever: QdrantRecencyRetriever,
+                                           bundle: QueryBundle) -> tuple[list, list]:
+    def rows() -> list[tuple[str, bool, str, float]]:
+        return [(r.node_id, r.kept, r.reason, round(r.final, 9))
+                for r in retriever.explain(bundle).rows]
+
+    shared = rows()
+    with monkeypatch.context() as patched:
+        patched.setattr(ExactSearch, "_scans", lambda *args: None)
+        return shared, rows()
+
+
+def test_memories_stored_under_any_spelling_of_their_uuid_are_found(monkeypatch) -> None:
+    """Plain ``insert_nodes`` keeps an id as written ("beb1f665…" without hyphens): the shared
+    scan still finds those memories, under the ids they were written with."""
+    nodes = [memory_node(f"Taro drinks coffee, way {i}.", (REFERENCE - timedelta(days=9 * i)).date(),
+                         user_id="taro") for i in range(5)]
+    for node in nodes:
+        node.id_ = uuid.UUID(node.node_id).hex
+    index = open_memory_index(KnownCosineEmbedding(cosines_for(nodes, [0.60, 0.61, 0.62, 0.63, 0.64])))
+    index.insert_nodes(nodes)
+    policy = RecencyPolicy(reference_date=REFERENCE.date().isoformat(), supersede_margin=0.05)
+    retriever = QdrantRecencyRetriever.from_index(index, policy, user_id="taro")
+    shared, alone = _rows_with_and_without_the_shared_scan(monkeypatch, retriever, QUERY)
+    assert {row[0] for row in shared} == {node.node_id for node in nodes}
+    assert shared == alone
+
+
+def test_memories_tied_across_a_searchs_limit_are_ranked_as_edge_ranks_them(monkeypatch) -> None:
+    """Forty memories at exactly one cosine: which of them Edge returns for a search depends on
+    how many it asks for, so a search whose limit cuts through the tie runs on its own."""
+    nodes = []
+    for i in range(40):
+        vector = np.zeros(64)
+        vector[0], vector[1 + i] = 0.7, np.sqrt(1 - 0.49)
+        node = memory_node(f"Taro's note {i}.", (REFERENCE - timedelta(days=3 * i + 1)).date(),
+                           user_id="taro")
+        node.embedding = vector.tolist()
+        nodes.append(node)
+    index = open_memory_index(MockEmbedding(embed_dim=64))
+    index.insert_nodes(nodes)
+    policy = RecencyPolicy(reference_date=REFERENCE.date().isoformat(), threshold=0.6,
+                           supersede_margin=0.05)
+    retriever = QdrantRecencyRetriever.from_index(index, policy)
+    question = QueryBundle(QUERY, embedding=[1.0] + [0.0] * 63)
+    shared, alone = _rows_with_and_without_the_shared_scan(monkeypatch, retriever, question)
+    assert len(shared) > 16 and shared == alone
+
+
+def test_a_search_answered_from_the_scan_keeps_what_edge_keeps_at_its_threshold() -> None:
+    """``min_score`` as Edge reads it: a score equal to it (as a float32) is left out, one
+    just over it kept, whether Edge runs the search or the question's scan answers it."""
+    nodes = [memory_node(f"Taro's note {i}.", (REFERENCE - timedelta(days=i)).date())
+             for i in range(10)]
+    raws = [0.9 - 0.05 * i for i in range(10)]
+    index = open_memory_index(KnownCosineEmbedding(cosines_for(nodes, raws)))
+    index.insert_nodes(nodes)
+    store, question = index.vector_store, [1.0] + [0.0] * len(nodes)
+    scores = store.query(VectorStoreQuery(query_embedding=question, similarity_top_k=10)).similarities
+    for min_score in [*scores, *(score - 1e-9 for score in scores), 0.0]:
+        search = MemorySearch(limit=16, min_score=min_score)
+        alone = run_search(store, search, question, "date", None)
+        scanned = run_search(store, search, question, "date", None,
+                             QuestionScans(store, question, 20))
+        assert [n.node.node_id for n in scanned] == [n.node.node_id for n in alone], min_score

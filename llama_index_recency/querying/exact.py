@@ -118,7 +118,7 @@ class ExactSearch:
                 return self.empty()
             lexical = self._lexical(bundle.query_str)
             return self._drive(self.plan(bundle, lexical), vector, self._scale(vector),
-                           self._scans(bundle, vector))
+                               self._scans(bundle, vector))
         if not await self._aprepare():
             return self.empty()
         vector = await self._aembed(bundle)

@@ -4,9 +4,11 @@ Qdrant Edge, a Qdrant server or qdrant-client's local mode, its results as score
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional, cast
 
+import numpy as np
 from llama_index.core.schema import BaseNode, NodeWithScore
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
@@ -78,12 +80,17 @@ class QuestionScans:
             query = VectorStoreQuery(query_embedding=self.vector, similarity_top_k=limit,
                                      filters=search.metadata_filters(date_key))
             scan = self._scan = (search.filters, limit, self.store.query(query, with_payload=False))
-        cut = -math.inf if search.min_score is None else search.min_score
+        # Edge keeps a score over the threshold as a float32, not one equal to it.
+        cut = -math.inf if search.min_score is None else float(np.float32(search.min_score))
         hits = [(point, score) for point, score
                 in zip(scan[2].ids or [], scan[2].similarities or [], strict=True)
-                if score >= cut][:search.limit]
+                if score > cut]
+        if len(hits) > search.limit and hits[search.limit - 1][1] == hits[search.limit][1]:
+            return None  # a tie across the limit: which ones Edge keeps depends on the limit
+        hits = hits[:search.limit]
         if unread := [point for point, _ in hits if point not in self._nodes]:
-            self._nodes.update((node.node_id, node)
+            # By the point's id as Edge spells it (a node keeps the spelling it was written in).
+            self._nodes.update((str(uuid.UUID(node.node_id)), node)
                                for node in self.store.get_nodes(node_ids=unread))
         kept = [(self._nodes[point], score) for point, score in hits if point in self._nodes]
         return VectorStoreQueryResult(nodes=[node for node, _ in kept],
