@@ -68,7 +68,8 @@ class QuestionScans:
 
     def answer(self, search: MemorySearch, date_key: str) -> Optional[VectorStoreQueryResult]:
         """The results of ``search`` from a scan (made now if none covers it); None for a
-        search over a tier, a term, links or given ids, which runs as it is."""
+        search over a tier, a term, links or given ids, or one whose limit cuts through tied
+        scores: it runs as it is."""
         if (search.since, search.term, search.ids, search.linked) != (None,) * 4 \
                 or search.undated_only:
             return None
