@@ -280,18 +280,15 @@ class ExactSearch:
     # --- the question's vector ---------------------------------------------------------------
 
     def _embed(self, bundle: QueryBundle) -> List[float]:
-        """The question's vector: one text's own embedding (the mean of one is itself),
-        several texts' mean, as LlamaIndex's retrievers take it."""
         if bundle.embedding is None:
-            texts = bundle.embedding_strs
-            bundle.embedding = (self.embed_model.get_query_embedding(texts[0]) if len(texts) == 1
-                                else self.embed_model.get_agg_embedding_from_queries(texts))
+            bundle.embedding = self.embed_model.get_agg_embedding_from_queries(
+                bundle.embedding_strs
+            )
         return bundle.embedding
 
     async def _aembed(self, bundle: QueryBundle) -> List[float]:
         if bundle.embedding is None:
-            texts = bundle.embedding_strs
-            bundle.embedding = (
-                await self.embed_model.aget_query_embedding(texts[0]) if len(texts) == 1
-                else await self.embed_model.aget_agg_embedding_from_queries(texts))
+            bundle.embedding = await self.embed_model.aget_agg_embedding_from_queries(
+                bundle.embedding_strs
+            )
         return bundle.embedding
