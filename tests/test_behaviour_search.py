@@ -3,6 +3,7 @@ costs a few searches (the plan's loops end), on the plan itself and on a real Ed
 
 from __future__ import annotations
 
+import json
 import random
 import uuid
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from llama_index_recency.querying.exact import ExactSearch
 from llama_index_recency.ranking.plan import MemorySearch, SearchPlan, exact_recency_search
 from llama_index_recency.ranking.policy import parse_memory_date
 from llama_index_recency.storage import QuestionScans, run_search
+from llama_index_recency.storage.edge_points import node_point
 
 from conftest import QUERY, KnownCosineEmbedding, cosines_for, drive_plan
 
@@ -284,3 +286,29 @@ def test_a_search_answered_from_the_scan_keeps_what_edge_keeps_at_its_threshold(
         scanned = run_search(store, search, question, "date", None,
                              QuestionScans(store, question, 20))
         assert [n.node.node_id for n in scanned] == [n.node.node_id for n in alone], min_score
+
+
+@pytest.mark.parametrize("written_id", ["memo-5", "99a29dfe-bb32-4b36-a013-ef1741e399ae"])
+def test_a_point_copied_in_under_another_id_than_its_nodes_is_found(monkeypatch,
+                                                                     written_id: str) -> None:
+    """A point copied in (``upsert_points``) whose node names another id than the point's:
+    the shared scan finds it, as Edge alone does, under the id its node names."""
+    nodes = []
+    for i in range(5):
+        node = memory_node(f"Taro's note {i}.", (REFERENCE - timedelta(days=9 - i)).date())
+        vector = np.zeros(8)
+        vector[0], vector[1 + i] = 0.9 - 0.05 * i, np.sqrt(1 - (0.9 - 0.05 * i) ** 2)
+        node.embedding = vector.tolist()
+        nodes.append(node)
+    index = open_memory_index(MockEmbedding(embed_dim=8))
+    index.insert_nodes(nodes[:4])
+    _, vector, payload = node_point(nodes[4], flat_metadata=False)
+    payload["_node_content"] = json.dumps({**json.loads(payload["_node_content"]),
+                                           "id_": written_id})
+    index.vector_store.upsert_points([(nodes[4].node_id, vector, payload)])
+    policy = RecencyPolicy(reference_date=REFERENCE.date().isoformat(), threshold=0.0, top_n=10,
+                           supersede_margin=0.05)
+    retriever = QdrantRecencyRetriever.from_index(index, policy)
+    question = QueryBundle(QUERY, embedding=[1.0] + [0.0] * 7)
+    shared, alone = _rows_with_and_without_the_shared_scan(monkeypatch, retriever, question)
+    assert written_id in {row[0] for row in shared} and shared == alone
