@@ -43,6 +43,7 @@ from llama_index_recency.storage.edge_points import (
     BATCH,
     DOCUMENT_ID_KEY,
     node_point,
+    nodes_by_point,
     point_id,
     point_node,
     point_selection,
@@ -250,7 +251,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             return []
         with self._edge_calls():
             if filters is None and node_ids is not None:  # by id: no scan
-                return [point_node(r) for r in shard.retrieve(sorted(set(node_ids)), True, True)]
+                return list(nodes_by_point(shard, sorted(set(node_ids))).values())
             return [point_node(record) for record in scroll(shard, selection, with_vector=True)]
 
     def clear(self) -> None:

@@ -4,7 +4,7 @@ them), and the Edge filters and scrolls that select points."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Optional
 
 import qdrant_edge as edge
@@ -135,6 +135,13 @@ def scroll(
         yield from records
         if offset is None:
             return
+
+
+def nodes_by_point(shard: edge.EdgeShard, points: Sequence[str]) -> dict[str, BaseNode]:
+    """The nodes stored under ``points``, vectors included, by point id as Edge spells it, in
+    one read by id (a node keeps the id it was written with, which a copied point may not share)."""
+    return {str(record.id): point_node(record)
+            for record in shard.retrieve(list(points), True, True)}
 
 
 def point_node(point: Any) -> BaseNode:

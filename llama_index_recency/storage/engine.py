@@ -27,7 +27,7 @@ from llama_index_recency.ranking.lexical import TERMS_KEY
 from llama_index_recency.ranking.plan import MemorySearch
 from llama_index_recency.records.nodes import SUPERSEDES_KEY, USER_ID_KEY
 from llama_index_recency.storage.edge import QdrantEdgeVectorStore
-from llama_index_recency.storage.edge_points import point_id, point_node
+from llama_index_recency.storage.edge_points import nodes_by_point, point_id
 from llama_index_recency.storage.filters import to_qdrant_filter
 from llama_index_recency.storage.store import qdrant_selection
 
@@ -88,20 +88,13 @@ class QuestionScans:
         if len(hits) > search.limit and hits[search.limit - 1][1] == hits[search.limit][1]:
             return None  # a tie across the limit: which ones Edge keeps depends on the limit
         hits = hits[:search.limit]
-        if unread := [point for point, _ in hits if point not in self._nodes]:
-            self._nodes.update(_nodes_by_point(self.store, unread))
+        if (unread := [point for point, _ in hits if point not in self._nodes]) \
+                and (shard := self.store.client) is not None:
+            self._nodes.update(nodes_by_point(shard, unread))
         kept = [(self._nodes[point], score) for point, score in hits if point in self._nodes]
         return VectorStoreQueryResult(nodes=[node for node, _ in kept],
                                       similarities=[score for _, score in kept],
                                       ids=[node.node_id for node, _ in kept])
-
-
-def _nodes_by_point(store: QdrantEdgeVectorStore, points: Sequence[str]) -> dict[str, BaseNode]:
-    """The nodes stored under ``points`` (ids as Edge spells them), by point, in one read: a
-    node keeps the id it was written with, which a copied point may not share."""
-    shard = store.client
-    records = [] if shard is None else shard.retrieve(list(points), True, True)
-    return {str(record.id): point_node(record) for record in records}
 
 
 def _holds_links(store: BasePydanticVectorStore, key: str) -> bool:
