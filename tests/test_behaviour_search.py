@@ -183,26 +183,40 @@ def test_the_versions_window_is_read_by_id_from_the_questions_one_scan(monkeypat
     assert reads == [5, 15]  # the candidates' nodes, then the rest of the window's 20
 
 
+def _rows_with_and_without_the_shared_scan(
+    monkeypatch, retriever: QdrantRecencyRetriever, questions: Sequence[QueryBundle]
+) -> tuple[list, list]:
+    """Each question's rows (id, verdict, reason, final score) with the question's shared
+    scan, then with every search run on its own."""
+    def rows() -> list[list[tuple[str, bool, str, float]]]:
+        return [[(r.node_id, r.kept, r.reason, round(r.final, 9))
+                 for r in retriever.explain(question).rows] for question in questions]
+
+    shared = rows()
+    with monkeypatch.context() as patched:
+        patched.setattr(ExactSearch, "_scans", lambda *args: None)
+        return shared, rows()
+
+
+def dated_memory(text: str, days_ago: float, vector: Sequence[float]) -> TextNode:
+    """Taro's memory ``text`` dated ``days_ago`` before the reference, stored with the unit
+    vector along ``vector``."""
+    node = memory_node(text, (REFERENCE - timedelta(days=days_ago)).date(), user_id="taro")
+    node.embedding = (np.asarray(vector) / np.linalg.norm(vector)).tolist()
+    return node
+
+
 def test_one_scan_per_question_ranks_as_separate_searches_do(monkeypatch) -> None:
     """The shared scan is only a cheaper way to the same searches: over clusters of dated
     near-repeats (the newer-versions step at work, windows widening in crowds), every
     question's rows, verdicts and final scores are those of the plan run search by search."""
     rng = np.random.default_rng(5)
     topics = rng.normal(size=(12, 24))
-    nodes = []
-    for i in range(300):
-        topic = topics[i % 12]
-        vector = topic + rng.normal(scale=0.35 if i % 3 else 0.15, size=24)
-        node = memory_node(f"Taro's note {i}.", (REFERENCE - timedelta(days=int(rng.integers(0, 200)))
-                                                 ).date(), user_id="taro")
-        node.embedding = (vector / np.linalg.norm(vector)).tolist()
-        nodes.append(node)
-    for i in range(80):  # a crowd of recent repeats on the first topic: searches widen
-        vector = topics[0]
-        node = memory_node(f"Taro's daily note {i}.", (REFERENCE - timedelta(days=i % 5)).date(),
-                           user_id="taro")
-        node.embedding = (vector / np.linalg.norm(vector)).tolist()
-        nodes.append(node)
+    nodes = [dated_memory(f"Taro's note {i}.", int(rng.integers(0, 200)),
+                          topics[i % 12] + rng.normal(scale=0.35 if i % 3 else 0.15, size=24))
+             for i in range(300)]
+    # A crowd of recent repeats on the first topic: searches widen.
+    nodes += [dated_memory(f"Taro's daily note {i}.", i % 5, topics[0]) for i in range(80)]
     index = open_memory_index(MockEmbedding(embed_dim=24))
     index.insert_nodes(nodes)
     policy = RecencyPolicy(reference_date=REFERENCE.date().isoformat(), threshold=0.8,
@@ -210,27 +224,9 @@ def test_one_scan_per_question_ranks_as_separate_searches_do(monkeypatch) -> Non
     retriever = QdrantRecencyRetriever.from_index(index, policy)
     questions = [QueryBundle(QUERY, embedding=(q / np.linalg.norm(q)).tolist())
                  for q in topics + rng.normal(scale=0.2, size=topics.shape)]
-
-    def rows_of(bundle: QueryBundle) -> list[tuple[str, bool, str, float]]:
-        return [(r.node_id, r.kept, r.reason, round(r.final, 9))
-                for r in retriever.explain(bundle).rows]
-
-    shared = [rows_of(q) for q in questions]
+    shared, alone = _rows_with_and_without_the_shared_scan(monkeypatch, retriever, questions)
     assert sum("newer version" in r[2] for rows in shared for r in rows) >= 3
-    monkeypatch.setattr(ExactSearch, "_scans", lambda *args: None)
-    assert [rows_of(q) for q in questions] == shared
-
-
-def _rows_with_and_without_the_shared_scan(monkeypatch, retriever: QdrantRecencyRetriever,
-                                           bundle: QueryBundle) -> tuple[list, list]:
-    def rows() -> list[tuple[str, bool, str, float]]:
-        return [(r.node_id, r.kept, r.reason, round(r.final, 9))
-                for r in retriever.explain(bundle).rows]
-
-    shared = rows()
-    with monkeypatch.context() as patched:
-        patched.setattr(ExactSearch, "_scans", lambda *args: None)
-        return shared, rows()
+    assert alone == shared
 
 
 def test_memories_stored_under_any_spelling_of_their_uuid_are_found(monkeypatch) -> None:
@@ -244,29 +240,23 @@ def test_memories_stored_under_any_spelling_of_their_uuid_are_found(monkeypatch)
     index.insert_nodes(nodes)
     policy = RecencyPolicy(reference_date=REFERENCE.date().isoformat(), supersede_margin=0.05)
     retriever = QdrantRecencyRetriever.from_index(index, policy, user_id="taro")
-    shared, alone = _rows_with_and_without_the_shared_scan(monkeypatch, retriever, QUERY)
-    assert {row[0] for row in shared} == {node.node_id for node in nodes}
+    shared, alone = _rows_with_and_without_the_shared_scan(monkeypatch, retriever, [QUERY])
+    assert {row[0] for row in shared[0]} == {node.node_id for node in nodes}
     assert shared == alone
 
 
 def test_memories_tied_across_a_searchs_limit_are_ranked_as_edge_ranks_them(monkeypatch) -> None:
     """Forty memories at exactly one cosine: which of them Edge returns for a search depends on
     how many it asks for, so a search whose limit cuts through the tie runs on its own."""
-    nodes = []
-    for i in range(40):
-        vector = np.zeros(64)
-        vector[0], vector[1 + i] = 0.7, np.sqrt(1 - 0.49)
-        node = memory_node(f"Taro's note {i}.", (REFERENCE - timedelta(days=3 * i + 1)).date(),
-                           user_id="taro")
-        node.embedding = vector.tolist()
-        nodes.append(node)
+    nodes = [dated_memory(f"Taro's note {i}.", 3 * i + 1, 0.7 * np.eye(64)[0]
+                          + np.sqrt(1 - 0.49) * np.eye(64)[1 + i]) for i in range(40)]
     index = open_memory_index(MockEmbedding(embed_dim=64))
     index.insert_nodes(nodes)
     policy = RecencyPolicy(reference_date=REFERENCE.date().isoformat(), threshold=0.6,
                            supersede_margin=0.05)
     retriever = QdrantRecencyRetriever.from_index(index, policy)
     question = QueryBundle(QUERY, embedding=[1.0] + [0.0] * 63)
-    shared, alone = _rows_with_and_without_the_shared_scan(monkeypatch, retriever, question)
+    shared, alone = _rows_with_and_without_the_shared_scan(monkeypatch, retriever, [question])
     assert shared == alone
 
 
@@ -293,13 +283,9 @@ def test_a_point_copied_in_under_another_id_than_its_nodes_is_found(monkeypatch,
                                                                      written_id: str) -> None:
     """A point copied in (``upsert_points``) whose node names another id than the point's:
     the shared scan finds it, as Edge alone does, under the id its node names."""
-    nodes = []
-    for i in range(5):
-        node = memory_node(f"Taro's note {i}.", (REFERENCE - timedelta(days=9 - i)).date())
-        vector = np.zeros(8)
-        vector[0], vector[1 + i] = 0.9 - 0.05 * i, np.sqrt(1 - (0.9 - 0.05 * i) ** 2)
-        node.embedding = vector.tolist()
-        nodes.append(node)
+    nodes = [dated_memory(f"Taro's note {i}.", 9 - i, (0.9 - 0.05 * i) * np.eye(8)[0]
+                          + np.sqrt(1 - (0.9 - 0.05 * i) ** 2) * np.eye(8)[1 + i])
+             for i in range(5)]
     index = open_memory_index(MockEmbedding(embed_dim=8))
     index.insert_nodes(nodes[:4])
     _, vector, payload = node_point(nodes[4], flat_metadata=False)
@@ -310,5 +296,5 @@ def test_a_point_copied_in_under_another_id_than_its_nodes_is_found(monkeypatch,
                            supersede_margin=0.05)
     retriever = QdrantRecencyRetriever.from_index(index, policy)
     question = QueryBundle(QUERY, embedding=[1.0] + [0.0] * 7)
-    shared, alone = _rows_with_and_without_the_shared_scan(monkeypatch, retriever, question)
-    assert written_id in {row[0] for row in shared} and shared == alone
+    shared, alone = _rows_with_and_without_the_shared_scan(monkeypatch, retriever, [question])
+    assert written_id in {row[0] for row in shared[0]} and shared == alone
