@@ -50,7 +50,7 @@ from llama_index_recency.models.factories import (
     minilm_embedding,
     offline_embedding,
 )
-from llama_index_recency.querying.gate import fit_gate, noise_margin
+from llama_index_recency.querying.gate import MIN_FIT_MEMORIES, fit_gate, noise_margin
 from llama_index_recency.ranking.lexical import LexicalQuery, question_terms, terms
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.supersession import newer_versions_first
@@ -342,17 +342,21 @@ def fitted_threshold(stores: Sequence[Store], rankers: dict[str, Ranker], policy
 
 
 def self_calibrated(stores: Sequence[Store], rankers: dict[str, Ranker], policy: RecencyPolicy,
-                    tune_bank: dict[str, list[tuple[str, np.ndarray]]], bank: dict[str, list[tuple[str, np.ndarray]]]) -> Tally:
+                    tune_bank: dict[str, list[tuple[str, np.ndarray]]],
+                    bank: dict[str, list[tuple[str, np.ndarray]]], min_memories: int = 1) -> Tally:
     """Each store with its own threshold from ``gate.fit_gate`` on the tune bank (what
-    ``calibrate --save`` does on a live store), measured on ``bank``."""
+    ``calibrate --save`` does on a live store), measured on ``bank``; a store of fewer than
+    ``min_memories`` memories keeps ``policy`` (the package fits from ``MIN_FIT_MEMORIES``)."""
     total = Tally()
     for store in stores:
         ranker = rankers[store.name + store.source]
-        best = {lang: [ranker.best_final(v, policy, q) for q, v in questions]
-                for lang, questions in tune_bank.items()}
-        fitted = fit_gate(best, margin=noise_margin(policy))
-        own = policy.model_copy(update={"threshold": fitted.threshold,
-                                        "language_thresholds": fitted.thresholds})
+        own = policy
+        if len(store.memories) >= min_memories:
+            best = {lang: [ranker.best_final(v, policy, q) for q, v in questions]
+                    for lang, questions in tune_bank.items()}
+            fitted = fit_gate(best, margin=noise_margin(policy))
+            own = policy.model_copy(update={"threshold": fitted.threshold,
+                                            "language_thresholds": fitted.thresholds})
         tally = measure([store], rankers, own, bank)
         for k in total.hits:
             total.hits[k] += tally.hits[k]
@@ -484,6 +488,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                                  f"{policy.weight:g}/{policy.tau_days:g}, self-calibrated",
                                  self_calibrated(chosen, rankers, policy, banks["tune"],
                                                  banks[split])))
+                # What the package does with no policy given: the store's own gate from
+                # MIN_FIT_MEMORIES memories, the shipped one below.
+                rows.append((f"default {default.weight:g}/{default.tau_days:g}, the store's own "
+                             f"gate (fitted from {MIN_FIT_MEMORIES} memories, shipped below)",
+                             self_calibrated(chosen, rankers, default, banks["tune"],
+                                             banks[split], MIN_FIT_MEMORIES)))
                 out.append(table(f"{model_name} · {source} · {split} ({len(chosen)} stores)", rows))
                 print(out[-1], "\n", flush=True)
         out.append(spread_table(
