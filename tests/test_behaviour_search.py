@@ -22,6 +22,7 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
+from llama_index_recency.errors import MemoryStoreDamagedError
 from llama_index_recency.querying.exact import ExactSearch
 from llama_index_recency.ranking.plan import MemorySearch, SearchPlan, exact_recency_search
 from llama_index_recency.ranking.policy import parse_memory_date
@@ -298,3 +299,91 @@ def test_a_point_copied_in_under_another_id_than_its_nodes_is_found(monkeypatch,
     question = QueryBundle(QUERY, embedding=[1.0] + [0.0] * 7)
     shared, alone = _rows_with_and_without_the_shared_scan(monkeypatch, retriever, [question])
     assert written_id in {row[0] for row in shared[0]} and shared == alone
+
+
+def _notes_and_a_fresh_one() -> tuple[Any, list[TextNode], TextNode]:
+    """Twenty old notes of Taro's near the question (cosine 0.850-0.869) and a fresh one
+    (0.78) that only its recency bonus lifts over them, on Edge."""
+    axes = np.eye(40)
+    old = [dated_memory(f"Taro's old note {i}.", 300 + i, (0.85 + 0.001 * i) * axes[0]
+                        + np.sqrt(1 - (0.85 + 0.001 * i) ** 2) * axes[1 + i]) for i in range(20)]
+    fresh = dated_memory("Taro's fresh note.", 0, 0.78 * axes[0] + np.sqrt(1 - 0.78**2) * axes[39])
+    index = open_memory_index(MockEmbedding(embed_dim=40))
+    index.insert_nodes([*old, fresh])
+    return index, old, fresh
+
+
+NOTES_QUESTION = QueryBundle(QUERY, embedding=[1.0] + [0.0] * 39)
+
+
+def _written_before_the_first_read_by_id(monkeypatch, write) -> None:
+    """Make another thread's ``write(store)`` land between a question's scan and its first
+    read of nodes by id."""
+    store_class = type(open_memory_index(MockEmbedding(embed_dim=4)).vector_store)
+    original, done = store_class.nodes_by_point, []
+
+    def read(store, points):
+        if not done:
+            done.append(write(store))
+        return original(store, points)
+
+    monkeypatch.setattr(store_class, "nodes_by_point", read)
+
+
+def test_a_memory_deleted_between_the_scan_and_the_read_leaves_no_search_short(
+        monkeypatch) -> None:
+    """A delete landing between the question's scan and its read by id: the question ranks
+    the store as the delete left it, the fresh memory first, as Edge alone does."""
+    index, old, fresh = _notes_and_a_fresh_one()
+    policy = RecencyPolicy(reference_date=REFERENCE.date().isoformat(), threshold=0.8,
+                           weight=0.1, top_n=3, supersede_margin=0.05)
+    retriever = QdrantRecencyRetriever.from_index(index, policy)
+    with monkeypatch.context() as patched:
+        _written_before_the_first_read_by_id(
+            patched, lambda store: store.delete_nodes([old[-1].node_id]))
+        shared = [(r.node_id, r.kept) for r in retriever.explain(NOTES_QUESTION).rows]
+    with monkeypatch.context() as patched:
+        patched.setattr(ExactSearch, "_scans", lambda *args: None)
+        alone = [(r.node_id, r.kept) for r in retriever.explain(NOTES_QUESTION).rows]
+    assert shared[0] == (fresh.node_id, True)
+    assert shared == alone and old[-1].node_id not in dict(shared)
+
+
+def test_a_point_rewritten_for_another_user_during_a_question_never_reaches_it(
+        monkeypatch) -> None:
+    """Another thread rewrites one of Taro's points with Hana's memory between Taro's scan and
+    its read by id: Taro's question never returns Hana's memory."""
+    index, old, _ = _notes_and_a_fresh_one()
+    hana = memory_node("Hana's private note.", REFERENCE.date(), user_id="hana")
+    hana.embedding = old[-1].embedding
+
+    def rewrite(store) -> None:
+        _, vector, payload = node_point(hana, flat_metadata=False)
+        store.upsert_points([(old[-1].node_id, vector, payload)])
+
+    policy = RecencyPolicy(reference_date=REFERENCE.date().isoformat(), threshold=0.8,
+                           weight=0.1, top_n=3, supersede_margin=0.05)
+    retriever = QdrantRecencyRetriever.from_index(index, policy, user_id="taro")
+    with monkeypatch.context() as patched:
+        _written_before_the_first_read_by_id(patched, rewrite)
+        found = retriever.retrieve(NOTES_QUESTION)
+    assert found and {n.node.metadata["user_id"] for n in found} == {"taro"}
+    assert hana.node_id not in {n.node.node_id for n in found}
+
+
+def test_a_damaged_payload_file_is_named_when_a_question_reads_nodes_by_id(tmp_path) -> None:
+    """The question's scan reads ids and scores only, so a damaged payload file shows first in
+    its read of nodes by id: still the one-line error naming the store."""
+    index, _, _ = _notes_and_a_fresh_one()
+    nodes = index.vector_store.get_nodes()
+    path = tmp_path / "store"
+    copy = open_memory_index(MockEmbedding(embed_dim=40), path=path)
+    copy.vector_store.add(nodes)
+    copy.vector_store.close()
+    for page in path.glob("**/payload_storage/page_0.dat"):
+        page.write_bytes(b"")
+    reopened = open_memory_index(MockEmbedding(embed_dim=40), path=path)
+    policy = RecencyPolicy(reference_date=REFERENCE.date().isoformat(), threshold=0.8,
+                           supersede_margin=0.05)
+    with pytest.raises(MemoryStoreDamagedError, match=f"the store at {path}"):
+        QdrantRecencyRetriever.from_index(reopened, policy).explain(NOTES_QUESTION)

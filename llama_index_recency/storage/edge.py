@@ -11,7 +11,7 @@ import os
 import shutil
 import weakref
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any, Optional
 
 import qdrant_edge as edge
@@ -25,14 +25,14 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 
-from llama_index_recency.errors import InvalidInputError, MemoryStoreClosedError, RecencyError
+from llama_index_recency.errors import InvalidInputError, MemoryStoreClosedError
 from llama_index_recency.storage.edge_cache import WriteAwareCache
 from llama_index_recency.storage.edge_files import (
     EDGE_CONFIG_FILE,
     METADATA_FILE,
     SPACE_HEADROOM,
     check_space,
-    edge_error,
+    edge_calls,
     read_metadata,
     refuse_foreign_directory,
     remedy,
@@ -42,6 +42,7 @@ from llama_index_recency.storage.edge_files import (
 from llama_index_recency.storage.edge_points import (
     BATCH,
     DOCUMENT_ID_KEY,
+    check_sizes,
     node_point,
     nodes_by_point,
     point_id,
@@ -249,9 +250,9 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         selection = point_selection(node_ids, filters)
         if shard is None or node_ids == []:
             return []
+        if filters is None and node_ids is not None:  # by id: no scan
+            return list(self.nodes_by_point(sorted(set(node_ids))).values())
         with self._edge_calls():
-            if filters is None and node_ids is not None:  # by id: no scan
-                return list(nodes_by_point(shard, sorted(set(node_ids))).values())
             return [point_node(record) for record in scroll(shard, selection, with_vector=True)]
 
     def clear(self) -> None:
@@ -301,6 +302,25 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         """``read()`` of the shard, kept under ``key`` until this handle's next write (nothing
         is kept before the shard exists: another handle may create it)."""
         return read() if self._require_open() is None else self._kept.get(key, read)
+
+    @property
+    def version(self) -> Optional[int]:
+        """Moves with every write through this handle, None while one is under way: two equal
+        readings mean the shard did not change between them."""
+        return self._kept.version()
+
+    def nodes_by_point(self, points: Sequence[str]) -> dict[str, BaseNode]:
+        """The nodes stored under ``points`` (ids as Edge spells them), vectors included, in
+        one read by id; a point not stored is left out.
+
+        Raises:
+            MemoryStoreDamagedError: A shard file Edge cannot read.
+        """
+        shard = self._require_open()
+        if shard is None or not points:
+            return {}
+        with self._edge_calls():
+            return nodes_by_point(shard, points)
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """Top ``similarity_top_k`` nodes by exact cosine (raw ``similarities``), embeddings
@@ -447,12 +467,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             return
         shard = self._shard or self._open(len(points[0][1]))
         assert shard is not None  # _open with a size creates the shard
-        for identifier, vector, _ in points:
-            if len(vector) != self.dimensions:
-                raise InvalidInputError(
-                    f"point {identifier} has a {len(vector)}-dim vector; the store at "
-                    f"{self.path} holds {self.dimensions}-dim vectors"
-                )
+        check_sizes(points, self.dimensions, self.path)
         for start in range(0, len(points), BATCH):
             chunk = points[start : start + BATCH]
             batch = [
@@ -463,22 +478,9 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
                 shard.update(edge.UpdateOperation.upsert_points(batch))
         warn_if_it_cannot_reopen(self.path)
 
-    @contextmanager
-    def _edge_calls(self) -> Iterator[None]:
-        """Calls to the loaded shard, failures as one-line errors naming the store (Edge reports
-        a file it cannot read as a plain "Service runtime error: …": the store is damaged)."""
-        try:
-            yield
-        except RecencyError:
-            raise
-        except Exception as error:
-            text = str(error)
-            known = edge_error(self.path, self._loaded_from, error,
-                               damaged=text.startswith("Service runtime error")
-                               and "Permission denied" not in text)
-            if known is None:
-                raise
-            raise known from None
+    def _edge_calls(self) -> AbstractContextManager[None]:
+        """Calls to the loaded shard (itself or its temporary copy), failures as one-line errors."""
+        return edge_calls(self.path, self._copy or self.path)
 
     @contextmanager
     def _writing(self, needed: int, what: str) -> Iterator[None]:
@@ -486,15 +488,9 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         record before this handle's first write that the shard is not closed, and drop what
         was kept before it."""
         self.require_writable()
-        check_space(self.path, self._loaded_from, needed, what)
+        check_space(self.path, self._copy or self.path, needed, what)
         if not self._written:
             self.update_metadata({SHARD_STATE_KEY: {"closed": False}})
             self._written = True
         with self._kept.writing(), self._edge_calls():
             yield
-
-    @property
-    def _loaded_from(self) -> str:
-        """The directory Edge has the shard loaded from: the shard's, or its temporary copy."""
-        return self._copy or self.path
-

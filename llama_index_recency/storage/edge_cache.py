@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Optional
 
 MAX_KEPT = 4096
 """Most values kept at once (beyond it, values are computed and not kept)."""
@@ -37,6 +37,11 @@ class WriteAwareCache:
         finally:
             with self._lock:
                 self._finished += 1
+
+    def version(self) -> Optional[int]:
+        """How many writes have started, None while one is under way."""
+        with self._lock:
+            return self._started if self._started == self._finished else None
 
     def get(self, key: Hashable, read: Callable[[], Any]) -> Any:
         """The value kept for ``key``, or ``read()`` (kept when no write overlapped it)."""

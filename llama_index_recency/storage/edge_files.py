@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Optional
 
 import qdrant_edge as edge
@@ -21,6 +22,7 @@ from llama_index_recency.errors import (
     MemoryStoreLockedError,
     MemoryStorePathError,
     MemoryStoreReadOnlyError,
+    RecencyError,
 )
 
 METADATA_FILE = "collection_metadata.json"
@@ -377,3 +379,22 @@ def edge_error(path: str, loaded_from: str, error: Exception, *, damaged: bool
             f"the store at {path} is damaged: {edge_reason(text, loaded_from)}; restore it "
             "from an export or backup")
     return None
+
+
+@contextmanager
+def edge_calls(path: str, loaded_from: str) -> Iterator[None]:
+    """Calls to the shard at ``path`` loaded from ``loaded_from``, failures as one-line errors
+    naming the store (Edge reports a file it cannot read as a plain "Service runtime error:
+    …": the store is damaged)."""
+    try:
+        yield
+    except RecencyError:
+        raise
+    except Exception as error:
+        text = str(error)
+        known = edge_error(path, loaded_from, error,
+                           damaged=text.startswith("Service runtime error")
+                           and "Permission denied" not in text)
+        if known is None:
+            raise
+        raise known from None

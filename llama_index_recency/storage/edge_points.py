@@ -66,6 +66,19 @@ def node_point(node: BaseNode, *, flat_metadata: bool) -> tuple[str, list[float]
     return identifier, node.embedding, payload
 
 
+def check_sizes(points: Sequence[tuple[str, list[float], Any]], dimensions: Optional[int],
+                path: str) -> None:
+    """Refuse a point whose vector is not ``dimensions`` long.
+
+    Raises:
+        InvalidInputError: A point's vector of another size than the shard's.
+    """
+    for identifier, vector, _ in points:
+        if len(vector) != dimensions:
+            raise InvalidInputError(f"point {identifier} has a {len(vector)}-dim vector; the "
+                                    f"store at {path} holds {dimensions}-dim vectors")
+
+
 def point_selection(
     node_ids: Optional[list[str]], filters: Optional[MetadataFilters]
 ) -> Optional[edge.Filter]:

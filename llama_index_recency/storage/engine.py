@@ -27,7 +27,7 @@ from llama_index_recency.ranking.lexical import TERMS_KEY
 from llama_index_recency.ranking.plan import MemorySearch
 from llama_index_recency.records.nodes import SUPERSEDES_KEY, USER_ID_KEY
 from llama_index_recency.storage.edge import QdrantEdgeVectorStore
-from llama_index_recency.storage.edge_points import nodes_by_point, point_id
+from llama_index_recency.storage.edge_points import point_id
 from llama_index_recency.storage.filters import to_qdrant_filter
 from llama_index_recency.storage.store import qdrant_selection
 
@@ -56,6 +56,8 @@ class QuestionScans:
 
     A scan asks for at least ``at_least`` memories (the window the plan will want); a search
     reads by id, in one call, only the nodes of its results the question has not read yet.
+    A search is answered so only while the store is as the scan found it: after a write
+    through the store, or during one, it runs on its own.
     """
 
     def __init__(self, store: QdrantEdgeVectorStore, vector: list[float], at_least: int) -> None:
@@ -63,12 +65,13 @@ class QuestionScans:
         self.vector = vector
         self.at_least = at_least
         self._scan: Optional[tuple[Optional[MetadataFilters], int, VectorStoreQueryResult]] = None
-        self._nodes: dict[str, BaseNode] = {}  # read this question, by id
+        self._version: Optional[int] = None  # the store's, when the scan and nodes were read
+        self._nodes: dict[str, BaseNode] = {}  # read this question, by point id
 
     def answer(self, search: MemorySearch, date_key: str) -> Optional[VectorStoreQueryResult]:
         """The results of ``search`` from a scan (made now if none covers it); None for a
-        search over a tier, a term, links or given ids, or one whose limit cuts through tied
-        scores: it runs as it is."""
+        search over a tier, a term, links or given ids, one whose limit cuts through tied
+        scores, or one the store changed under: it runs as it is."""
         if (search.since, search.term, search.ids, search.linked) != (None,) * 4 \
                 or search.undated_only:
             return None
@@ -76,6 +79,8 @@ class QuestionScans:
         # A scan covers the search when it asked for as many, or came back short (all of them).
         if scan is None or scan[0] != search.filters \
                 or len(scan[2].ids or []) == scan[1] < search.limit:
+            if (version := self.store.version) != self._version:
+                self._nodes, self._version = {}, version
             limit = max(search.limit, self.at_least)
             query = VectorStoreQuery(query_embedding=self.vector, similarity_top_k=limit,
                                      filters=search.metadata_filters(date_key))
@@ -88,13 +93,14 @@ class QuestionScans:
         if len(hits) > search.limit and hits[search.limit - 1][1] == hits[search.limit][1]:
             return None  # a tie across the limit: which ones Edge keeps depends on the limit
         hits = hits[:search.limit]
-        if (unread := [point for point, _ in hits if point not in self._nodes]) \
-                and (shard := self.store.client) is not None:
-            self._nodes.update(nodes_by_point(shard, unread))
-        kept = [(self._nodes[point], score) for point, score in hits if point in self._nodes]
-        return VectorStoreQueryResult(nodes=[node for node, _ in kept],
-                                      similarities=[score for _, score in kept],
-                                      ids=[node.node_id for node, _ in kept])
+        if unread := [point for point, _ in hits if point not in self._nodes]:
+            self._nodes.update(self.store.nodes_by_point(unread))
+        if self._version is None or self.store.version != self._version \
+                or any(point not in self._nodes for point, _ in hits):
+            return None  # written since the scan (or during it): the scan is not the store's
+        return VectorStoreQueryResult(nodes=[self._nodes[point] for point, _ in hits],
+                                      similarities=[score for _, score in hits],
+                                      ids=[self._nodes[point].node_id for point, _ in hits])
 
 
 def _holds_links(store: BasePydanticVectorStore, key: str) -> bool:
