@@ -251,6 +251,7 @@ class OneLineValidation:
                 (".".join(str(part) for part in problem["loc"]),
                  None if problem["type"] == "missing" else problem["input"],
                  "required" if problem["type"] == "missing"
+                 else "no such setting" if problem["type"] == "extra_forbidden"
                  else str(problem["msg"]).removeprefix("Value error, "))
                 for problem in error.errors(include_url=False)]) from None
 

@@ -132,6 +132,27 @@ def test_a_refused_setting_is_one_line_naming_the_value(build, named: str) -> No
     assert named in message and "\n" not in message and "pydantic" not in message
 
 
+def test_a_setting_that_does_not_exist_is_refused_not_ignored(tmp_path) -> None:
+    """A misspelled setting would otherwise leave the default in place (a silent wrong
+    answer); a postprocessor has no ``user_id`` to scope by: its retriever does."""
+    index = open_memory_index(KnownCosineEmbedding({}), path=tmp_path / "store")
+    for build, model, setting in [
+        (lambda: RecencyPolicy(treshold=0.99), "RecencyPolicy", "treshold=0.99"),
+        (lambda: RecencyBonusPostprocessor(treshold=0.99), "RecencyBonusPostprocessor",
+         "treshold=0.99"),
+        (lambda: RecencyBonusPostprocessor(user_id="hana"), "RecencyBonusPostprocessor",
+         "user_id='hana'"),
+        (lambda: RecencyBonusPostprocessor.from_index(index, treshold=0.99), "RecencyPolicy",
+         "treshold=0.99"),
+        (lambda: RecencyMemoryBlock(index=index, treshold=0.99), "RecencyMemoryBlock",
+         "treshold=0.99"),
+    ]:
+        with pytest.raises(InvalidSettingError) as caught:
+            build()
+        assert str(caught.value) == f"{model}: {setting}: no such setting"
+    close_memory_index(index)
+
+
 def test_a_refused_setting_crosses_a_process_boundary() -> None:
     """Pickled (as a process pool sends it back) and copied, it keeps its message and fields."""
     with pytest.raises(InvalidSettingError) as caught:

@@ -17,6 +17,7 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
+from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.ranking.policy import MemoryDateError
 from llama_index_recency.storage import save_gate_fit, stored_vectors
 
@@ -464,3 +465,40 @@ def test_from_index_reads_vectors_from_a_local_mode_store_too(e5) -> None:
                               QueryBundle(question))
     assert embed.texts == 0
     assert ranking.rows[0].text.endswith("sweet café au lait lately.")
+
+
+def test_from_index_for_a_user_passes_on_none_of_another_users_memories(
+        e5, tmp_path, caplog: pytest.LogCaptureFixture) -> None:
+    """An unscoped retriever over a store of several users: the postprocessor made for Hana
+    ranks Hana's memories alone (Taro's and an unowned one are dropped, said once) and weighs
+    the question's words in Hana's memories, as a retriever scoped to her does."""
+    from llama_index_recency.integrations import postprocessor
+
+    index = open_memory_index(e5, path=tmp_path / "store")
+    index.insert_nodes([memory_node(fact, day, user_id="taro") for fact, day in COFFEE]
+                       + [memory_node("Hana drinks coffee with oat milk.", "2026-09-02",
+                                      user_id="hana"),
+                          memory_node("Somebody drinks coffee at noon.", "2026-09-03")])
+    question = QueryBundle("How do I take my coffee these days?")
+    candidates = index.as_retriever(similarity_top_k=8).retrieve(question)
+    assert len({n.node.metadata.get("user_id") for n in candidates}) == 3
+    counted: list[object] = []
+    original = postprocessor.term_counts
+    recency = RecencyBonusPostprocessor.from_index(index, user_id="hana",
+                                                   reference_date=SEED_TODAY, threshold=0.0)
+    with caplog.at_level(logging.WARNING, logger=postprocessor.__name__), \
+            pytest.MonkeyPatch.context() as patched:
+        patched.setattr(postprocessor, "term_counts", lambda store, asked, scope: (
+            counted.append(scope), original(store, asked, scope))[1])
+        for _ in range(2):
+            ranking = recency.explain(candidates, question)
+            assert {row.text for row in ranking.rows} == {"2026-09-02: Hana drinks coffee with "
+                                                          "oat milk."}
+            assert [n.node.metadata["user_id"] for n in
+                    recency.postprocess_nodes(candidates, question)] == ["hana"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "4 of 5 candidates are not memories of user 'hana' and were dropped: filter the "
+        "retriever on the user's id to rank that user's top k (not reported again)"]
+    assert all(str(scope.filters[0].value) == "hana" for scope in counted) and counted
+    with pytest.raises(InvalidInputError, match="user_id must be a non-blank string, got ''"):
+        RecencyBonusPostprocessor.from_index(index, user_id="")

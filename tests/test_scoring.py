@@ -96,22 +96,6 @@ def test_rank_refuses_a_candidate_without_a_finite_score(raw: float | None) -> N
         RecencyPolicy(reference_date="2026-09-10").rank([candidate("2026-09-02", 0.4), node])
 
 
-@pytest.mark.parametrize("scale", [float("nan"), float("inf"), -0.5])
-def test_rank_refuses_an_unusable_bonus_scale(scale: float) -> None:
-    policy = RecencyPolicy(reference_date="2026-09-10")
-    with pytest.raises(ValueError, match=f"bonus_scale must be a finite number >= 0, got {scale}"), \
-            pytest.warns(DeprecationWarning, match="bonus_scale"):
-        policy.rank([candidate("2026-09-01", 0.5)], bonus_scale=scale)
-
-
-def test_bonus_scale_still_scales_the_bonus_and_says_it_is_deprecated() -> None:
-    policy = RecencyPolicy(reference_date="2026-09-10")
-    plain = policy.rank([candidate("2026-09-10", 0.5)]).rows[0]
-    with pytest.warns(DeprecationWarning, match=r"model_copy\(update=\{'weight'"):
-        halved = policy.rank([candidate("2026-09-10", 0.5)], bonus_scale=0.5).rows[0]
-    assert (plain.bonus, halved.bonus) == (pytest.approx(0.05), pytest.approx(0.025))
-
-
 def test_zero_weight_ranks_on_raw_cosine_alone() -> None:
     policy = RecencyPolicy(weight=0.0, reference_date="2026-09-10")
     rows = policy.rank([candidate("2026-01-01", 0.47), candidate("2026-09-10", 0.46)]).rows

@@ -222,7 +222,7 @@ def run_demo(args: argparse.Namespace, session: Session) -> int:
         LLMError: The LLM call failed (with an endpoint set and no ``--no-llm``).
     """
     console = session.console
-    explicit = ranking_options(args)
+    explicit: dict[str, Any] = ranking_options(args)
     llm = _llm(args)
     questions = select(example_questions(args.lang), args.question_ids)
     today = EXAMPLE_REFERENCE_DATE.isoformat()

@@ -23,7 +23,7 @@ from typing import Any, List, Optional, Sequence
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
-from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
 from llama_index.core.llms import LLM
 from llama_index.core.memory import Memory
 from llama_index.core.memory.memory import BaseMemoryBlock
@@ -82,6 +82,9 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
     batch once the store is due, and the block's retriever refits a store grown by other
     writers on a background thread; a turn always ranks with the gate in place meanwhile.
     """
+
+    # A setting it does not have is refused: a typo would otherwise leave the default.
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     name: str = Field(default="recency_memory", description="The block's name in the prompt.")
     priority: int = Field(default=0, description="0: Memory never truncates this block.")

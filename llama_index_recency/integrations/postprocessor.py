@@ -20,13 +20,14 @@ from llama_index_recency.ranking.news import about_the_news
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.ranked import RecencyRanking
 from llama_index_recency.ranking.supersession import newer_versions_first
-from llama_index_recency.records.nodes import is_memory_id
+from llama_index_recency.records.nodes import USER_ID_KEY, check_user_id, is_memory_id
 from llama_index_recency.storage import (
     MemoryVectorStore,
     QdrantEdgeVectorStore,
     collection_metadata,
     embedding_of,
     index_policy,
+    memory_scope,
     policy_records,
     stored_vectors,
     term_counts,
@@ -72,6 +73,8 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
     _warned_no_vectors: bool = PrivateAttr(default=False)
     _warned_embedded: bool = PrivateAttr(default=False)
     _warned_no_store: bool = PrivateAttr(default=False)
+    _warned_other_users: bool = PrivateAttr(default=False)
+    _user_id: Optional[str] = PrivateAttr(default=None)
     _store: Optional[MemoryVectorStore] = PrivateAttr(default=None)
     _reads: Optional[StoreReads] = PrivateAttr(default=None)
     _overrides: dict[str, Any] = PrivateAttr(default_factory=dict)
@@ -91,7 +94,7 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         return "RecencyBonusPostprocessor"
 
     @classmethod
-    def from_index(cls, index: VectorStoreIndex, *,
+    def from_index(cls, index: VectorStoreIndex, *, user_id: Optional[str] = None,
                    check_store_every: float = STORE_CHECK_SECONDS,
                    **overrides: Any) -> "RecencyBonusPostprocessor":
         """The postprocessor for a memory index from ``open_memory_index``.
@@ -102,11 +105,16 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         every question on Edge, every ``check_store_every`` seconds on a server or local-mode
         store); an Edge store is set to return the candidates' vectors with them
         (``with_vectors``), another store's are read in one call: none is embedded again.
+        With ``user_id`` it ranks that user's memories alone, with that user's gate and words:
+        another user's candidates are dropped (said once), never passed on.
 
         Raises:
+            InvalidInputError: A ``user_id`` that is not a non-blank line of text.
             InvalidSettingError: An override the policy refuses.
             UnsupportedStoreError: The index's vector store is neither Qdrant Edge nor Qdrant.
         """
+        if user_id is not None:
+            overrides["user_id"] = check_user_id(user_id)  # index_policy: this user's gate
         store = vector_store_of(index.vector_store)
         if isinstance(store, QdrantEdgeVectorStore):
             store.with_vectors = True  # the candidates come with their vectors: none read again
@@ -116,6 +124,7 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
                    **own)
         made._store, made._reads = store, StoreReads(store, check_store_every)
         made._overrides, made._adopted = overrides, policy_records(metadata)
+        made._user_id = user_id
         return made
 
     def explain(
@@ -135,6 +144,7 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
                 ``on_missing_date='raise'``.
         """
         self._follow_store()
+        nodes = self._in_scope(nodes)
         policy = self if query_bundle is None else self.for_question(query_bundle.query_str)
         if self.relevance == "cohort":
             nodes = self._cohort_scaled(nodes, query_bundle)
@@ -180,7 +190,24 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
                 "postprocessor with RecencyBonusPostprocessor.from_index(index) and give it "
                 "the query")
         asked = question_terms(query_bundle.query_str)
-        return LexicalQuery.from_counts(*term_counts(self._store, asked, None)) if asked else None
+        if not asked:
+            return None
+        return LexicalQuery.from_counts(*term_counts(
+            self._store, asked, memory_scope(user_id=self._user_id)))
+
+    def _in_scope(self, nodes: List[NodeWithScore]) -> List[NodeWithScore]:
+        """With ``user_id`` (:meth:`from_index`), the candidates stored under it; the others,
+        another user's or no user's, are dropped (logged once): they never reach its prompt."""
+        if self._user_id is None:
+            return nodes
+        own = [n for n in nodes if n.node.metadata.get(USER_ID_KEY) == self._user_id]
+        if len(own) < len(nodes) and not self._warned_other_users:
+            self._warned_other_users = True
+            logger.warning("%d of %d candidates are not memories of user %r and were dropped: "
+                           "filter the retriever on the user's id to rank that user's top k "
+                           "(not reported again)",
+                           len(nodes) - len(own), len(nodes), self._user_id)
+        return own
 
     def _follow_store(self) -> None:
         """From :meth:`from_index`: adopt the store's policy when its saved records changed

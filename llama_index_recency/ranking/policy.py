@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import date, datetime, timezone
@@ -18,6 +17,7 @@ from typing import Annotated, Any, Literal, Optional, Self
 
 from llama_index.core.bridge.pydantic import (
     BaseModel,
+    ConfigDict,
     Field,
     PrivateAttr,
     field_serializer,
@@ -62,8 +62,11 @@ class RecencyPolicy(OneLineValidation, BaseModel):
     a threshold and a bonus mean the same on every store and question.
 
     A setting it refuses (a negative weight, an unreadable ``reference_date``, ...) raises
-    :class:`~llama_index_recency.errors.InvalidSettingError` naming it in one line.
+    :class:`~llama_index_recency.errors.InvalidSettingError` naming it in one line, as does
+    a setting it does not have (``treshold=``: a typo would otherwise leave the default).
     """
+
+    model_config = ConfigDict(extra="forbid")
 
     relevance: Relevance = Field(
         default="cosine",
@@ -341,7 +344,9 @@ class RecencyPolicy(OneLineValidation, BaseModel):
             changes = {"supersede_margin": None}
         else:
             return self
-        values = self.model_dump(include=set(RecencyPolicy.model_fields))
+        values = {name: value for name, value  # a LlamaIndex component adds its class_name
+                  in self.model_dump(include=set(RecencyPolicy.model_fields)).items()
+                  if name in RecencyPolicy.model_fields}
         return RecencyPolicy(**{**values, "reference_date": self.reference_date, **changes})
 
     def _past_weight(self) -> float:
@@ -359,38 +364,26 @@ class RecencyPolicy(OneLineValidation, BaseModel):
         self,
         nodes: Sequence[NodeWithScore],
         reference: Optional[datetime] = None,
-        bonus_scale: Optional[float] = None,
         threshold: Optional[float] = None,
     ) -> RecencyRanking:
         """Re-rank retrieved candidates by post-bonus score and pick the prompt's memories.
 
-        ``bonus_scale`` (deprecated: rank with a policy whose ``weight`` is scaled, or set
-        ``past_weight``) multiplies every bonus; ``threshold`` replaces the policy's cutoff
+        ``threshold`` replaces the policy's cutoff
         (``-math.inf``: keep the best ``top_n`` whatever their score, as the vague-reference
         path does among recent memories). Returns new ``NodeWithScore`` objects carrying the
         final score; the caller's nodes and their metadata are left untouched.
 
         Raises:
-            InvalidInputError: A ``bonus_scale`` that is not finite and >= 0, or a candidate
-                without a finite score; also a ``reference_date`` callable that returns no
-                readable date (no ``reference`` given).
+            InvalidInputError: A candidate without a finite score; also a ``reference_date``
+                callable that returns no readable date (no ``reference`` given).
             MemoryDateError: A candidate without a readable date when ``on_missing_date`` is
                 ``"raise"``.
         """
-        if bonus_scale is None:
-            bonus_scale = 1.0
-        else:
-            warnings.warn("rank(bonus_scale=) is deprecated and goes in 0.4: rank with "
-                          "policy.model_copy(update={'weight': policy.weight * scale})",
-                          DeprecationWarning, stacklevel=2)
-            if not 0.0 <= bonus_scale < math.inf:
-                raise InvalidInputError(
-                    f"bonus_scale must be a finite number >= 0, got {bonus_scale!r}")
         threshold = self.threshold if threshold is None else threshold
         reference = reference or self.reference()
         scored: list[tuple[float, int, NodeWithScore, RankedMemory]] = []
         for position, candidate in enumerate(nodes):
-            row = self._score(candidate, reference, bonus_scale)
+            row = self._score(candidate, reference)
             scored.append((row.final, position, candidate, row))
         # Stable: equal finals keep the retriever's (raw cosine) order.
         scored.sort(key=lambda item: (-item[0], item[1]))
@@ -433,7 +426,7 @@ class RecencyPolicy(OneLineValidation, BaseModel):
         return raw + self.bonus(age_in_days(memory_date, reference))
 
     def _score(
-        self, candidate: NodeWithScore, reference: datetime, bonus_scale: float
+        self, candidate: NodeWithScore, reference: datetime
     ) -> RankedMemory:
         node = candidate.node
         raw = math.nan if candidate.score is None else float(candidate.score)
@@ -448,7 +441,7 @@ class RecencyPolicy(OneLineValidation, BaseModel):
         except ValueError as error:
             return self._undated(node.node_id, node.get_content(), raw, date_value, error)
         age = age_in_days(memory_date, reference)
-        bonus = self.bonus(age) * bonus_scale
+        bonus = self.bonus(age)
         return RankedMemory(
             node_id=node.node_id,
             text=node.get_content(),
