@@ -1,11 +1,9 @@
 """:class:`RecencyMemory`: one object for a memory store, its embedding, its policy and a user.
 
-It binds what the module-level functions take on every call (the index, the policy, the
-user id) and delegates to them: writes go through
-:func:`~llama_index_recency.writing.updates.insert_memories`, search is the exact retriever's
-ranking, and the integrations (retriever, agent memory block, chat engine) are built
-over the same store and policy. Every blocking method ``X`` has an async twin ``aX``
-that runs ``X`` in a worker thread (the store's calls block).
+It binds what the module-level functions take on every call (index, policy, user id) and
+delegates to them: writes through :func:`~llama_index_recency.writing.updates.insert_memories`,
+search through the exact retriever, the integrations over the same store and policy. Every
+blocking method ``X`` has an async twin ``aX`` running ``X`` in a worker thread.
 """
 
 from __future__ import annotations
@@ -37,6 +35,7 @@ from llama_index_recency.querying.gate import (
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.ranked import RecencyRanking
 from llama_index_recency.records.given import Message, as_turn, check_limit, check_question, to_add
+from llama_index_recency.records.nodes import check_user_id
 from llama_index_recency.storage import (
     close_memory_index,
     get_memories,
@@ -126,7 +125,8 @@ class RecencyMemory:
         self.index: VectorStoreIndex = index
         """The memory index (a ``VectorStoreIndex`` over the store)."""
         self._policy = policy
-        self.user_id, self.user_name, self.llm = user_id, user_name, llm
+        self.user_id = None if user_id is None else check_user_id(user_id)
+        self.user_name, self.llm = user_name, llm
         self.min_fit_memories = min_fit_memories
         self._searchers: dict[tuple[Optional[str], int], tuple[Any, QdrantRecencyRetriever]] = {}
 
@@ -193,14 +193,15 @@ class RecencyMemory:
         refit_after_write(self.index, min_memories=self.min_fit_memories, users=(user,))
         return stored
 
-    def update(self, memory_id: str, text: str, memory_date: MemoryDate, **node_options: Any
-               ) -> TextNode:
+    def update(self, memory_id: str, text: str, memory_date: MemoryDate, *,
+               user_id: Optional[str] = None, **node_options: Any) -> TextNode:
         """Store a new version of a memory: a fact that supersedes it (the old one is kept).
 
         Args:
             memory_id: The memory to update (of this object's user, when it has one).
             text: The new fact.
             memory_date: Its date, no earlier than the old memory's.
+            user_id: Whose memory it is (default: this object's user).
             node_options: More arguments for :func:`memory_node` (``user_name``, ``metadata``).
 
         Returns:
@@ -208,15 +209,15 @@ class RecencyMemory:
 
         Raises:
             MemoryNotFoundError: No such memory (of this user).
-            InvalidInputError: A date before the old memory's, or a fact or date
-                :func:`memory_node` refuses.
+            InvalidInputError: A date before the old memory's, a fact or date
+                :func:`memory_node` refuses, or a ``user_id`` other than this object's.
             FutureMemoryDateError: A date after tomorrow (without ``allow_future=True`` in
                 ``node_options``).
         """
         node_options.setdefault("user_name", self.user_name)
-        updated = update_memory(self.index, memory_id, text, memory_date, user_id=self.user_id,
-                                **node_options)
-        refit_after_write(self.index, min_memories=self.min_fit_memories, users=(self.user_id,))
+        updated = update_memory(self.index, memory_id, text, memory_date,
+                                user_id=(user := self._user(user_id)), **node_options)
+        refit_after_write(self.index, min_memories=self.min_fit_memories, users=(user,))
         return updated
 
     def forget(
@@ -483,18 +484,15 @@ class RecencyMemory:
     acalibrate = in_thread(calibrate)
 
     def _llm(self, llm: Optional[LLM]) -> LLM:
-        chosen = llm or self.llm
-        if chosen is None:
+        if (chosen := llm or self.llm) is None:
             raise InvalidInputError("no LLM: pass llm= to RecencyMemory or to this call")
         return chosen
 
     def _user(self, user_id: Optional[str]) -> Optional[str]:
-        """The user a call is for: ``user_id``, else this object's.
-
-        Raises:
-            InvalidInputError: A ``user_id`` other than the one this object is bound to.
-        """
-        if user_id is not None and self.user_id is not None and user_id != self.user_id:
-            raise InvalidInputError(
-                f"this memory is bound to user {self.user_id!r}, not {user_id!r}")
-        return user_id if user_id is not None else self.user_id
+        """The user a call is for: ``user_id``, else this object's (InvalidInputError for one
+        that is not a non-blank line of text, or not the user this object is bound to)."""
+        if user_id is None:
+            return self.user_id
+        if self.user_id is not None and user_id != self.user_id:
+            raise InvalidInputError(f"this memory is bound to user {self.user_id!r}, not {user_id!r}")
+        return check_user_id(user_id)

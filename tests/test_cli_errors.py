@@ -118,6 +118,10 @@ BAD_MEMORY_FILES = {
                       .encode("latin-1"), "is not UTF-8 text (byte 0xe9 at offset 42); save it as UTF-8"),
     "memory not an object": (json.dumps({"memories": ["The user likes tea."]}).encode(),
                              "memory 1: expected an object, got a string"),
+    # Dropped, the memory would be stored without its user (or link) and nothing said.
+    "misspelled user": (json.dumps({"memories": [GOOD_ITEM, {**GOOD_ITEM, "user": "taro"}]})
+                        .encode(), 'memory 2: unknown field "user" (the fields are fact, date, '
+                        "key, user_id, supersedes)"),
 }
 
 
@@ -821,3 +825,25 @@ def test_remember_refuses_a_date_after_tomorrow_before_the_llm(tmp_path: Path, c
     assert main(["remember", str(transcript), "--date", "2099-01-01", "--store", str(store)]) == 2
     assert error_line(capsys.readouterr().err) == future_refusal(None)
     assert not store.exists()
+
+
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_store_path_is_refused_not_the_working_directory(
+        empty: str, tmp_path: Path, monkeypatch, capsys) -> None:
+    """``--store "$STORE"`` with the variable unset, or ``path=""``: the store would land in the
+    working directory; it is refused, naming the value, and nothing is written."""
+    from llama_index_recency import RecencyMemory
+    from llama_index_recency.errors import InvalidInputError
+
+    monkeypatch.chdir(tmp_path)
+    for argv in (["add", "The user likes tea.", "--date", "2026-09-01"], ["list"]):
+        assert main([*argv, "--store", empty]) == 2
+        line = error_line(capsys.readouterr().err)
+        assert line.startswith(f"error: llama-index-recency {argv[0]}: argument --store: the "
+                               "store path '") and line.endswith(
+            "' is empty: name the store's directory or leave --store out (see --help)")
+    with pytest.raises(InvalidInputError, match=f"the store path {empty!r} is empty"):
+        RecencyMemory(KnownCosineEmbedding({}), path=empty)
+    with pytest.raises(InvalidInputError, match=f"the store path {empty!r} is empty"):
+        open_memory_index(KnownCosineEmbedding({}), path=empty)
+    assert list(tmp_path.iterdir()) == []

@@ -39,6 +39,19 @@ def test_a_fact_without_a_word_is_refused_in_one_line_naming_it(fact: str) -> No
     assert repr(" ".join(fact.split())) in message
 
 
+@pytest.mark.parametrize("fact", [42, None, b"The user likes tea.", ["The user likes tea."]])
+def test_a_fact_that_is_not_a_string_is_refused_naming_it(tmp_path: Path, fact: object) -> None:
+    with pytest.raises(InvalidInputError) as refused:
+        memory_node(fact, "2026-09-01")  # type: ignore[arg-type]
+    assert str(refused.value) == f"a fact is a sentence (a string), got {fact!r}"
+    with RecencyMemory(KnownCosineEmbedding({"2026-09-01: The user likes tea.": 0.5}),
+                       path=tmp_path / "store") as memory:
+        (tea,) = memory.add([("The user likes tea.", "2026-09-01")]).new
+        with pytest.raises(InvalidInputError, match="a fact is a sentence"):
+            memory.update(tea, fact, "2026-09-02")  # type: ignore[arg-type]
+        assert [node.node_id for node in memory.get_all()] == [tea]
+
+
 def test_recency_memory_stores_no_fact_without_a_word(tmp_path: Path) -> None:
     with RecencyMemory(KnownCosineEmbedding({}), path=tmp_path / "store") as memory:
         with pytest.raises(InvalidInputError, match=r"'\.'"):

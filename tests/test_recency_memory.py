@@ -289,3 +289,39 @@ def test_a_bound_object_refuses_another_users_reads_and_writes(memory, tmp_path:
     with pytest.raises(RecencyError, match="a memory of user 'alice', not 'taro'"):
         memory.import_(tmp_path / "alice.jsonl")
     assert memory.get_all() == []  # nothing of Alice's was written for Taro
+
+
+@pytest.mark.parametrize("user", ["", "  ", 123])
+def test_a_user_id_that_names_no_user_is_refused_by_every_reader_and_writer(
+        shared, tmp_path: Path, user: object) -> None:
+    """``""`` or a number would select no memory (or, forgetting, record a user that never
+    was) and answer "nothing": every verb names the value instead, and nothing changes."""
+    from llama_index_recency import QdrantRecencyRetriever, RecencyBonusPostprocessor
+    from llama_index_recency.integrations.memory_block import RecencyMemoryBlock
+    from llama_index_recency.writing.updates import forget
+
+    stored = shared.add("The user drinks coffee black.", date="2026-09-01", user_id="alice")
+    memory_id = stored.new[0]
+    before = shared.index.vector_store.metadata
+    calls = {
+        "object": lambda: RecencyMemory(index=shared.index, user_id=user),
+        "add": lambda: shared.add("The user drinks tea.", date="2026-09-02", user_id=user),
+        "update": lambda: shared.update(memory_id, "The user drinks tea.", "2026-09-02",
+                                        user_id=user),
+        "search": lambda: shared.search(COFFEE, user_id=user),
+        "get": lambda: shared.get(memory_id, user_id=user),
+        "get_all": lambda: shared.get_all(user_id=user),
+        "history": lambda: shared.history(memory_id, user_id=user),
+        "export": lambda: shared.export(tmp_path / "out.jsonl", user_id=user),
+        "forget": lambda: shared.forget(user_id=user),
+        "forget()": lambda: forget(shared.index, user_id=user),
+        "retriever": lambda: QdrantRecencyRetriever.from_index(shared.index, user_id=user),
+        "postprocessor": lambda: RecencyBonusPostprocessor.from_index(shared.index, user_id=user),
+        "block": lambda: RecencyMemoryBlock(index=shared.index, user_id=user),
+    }
+    for name, call in calls.items():
+        with pytest.raises(RecencyError) as caught:
+            call()
+        assert repr(user) in str(caught.value) and "\n" not in str(caught.value), name
+    assert [n.node_id for n in shared.get_all()] == [memory_id]
+    assert shared.index.vector_store.metadata == before and not (tmp_path / "out.jsonl").exists()

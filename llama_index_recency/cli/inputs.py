@@ -88,10 +88,18 @@ def _check_repeats(nodes: Sequence[TextNode], labels: Sequence[str]) -> None:
                            f"{earlier}{differ}; keep one of them")
 
 
+ENTRY_FIELDS = ("fact", "date", "key", "user_id", "supersedes")
+"""An ``add --file`` entry's fields; another (``"user"``, ``"superseeds"``) is refused, since
+leaving it out would store the memory without that user or link."""
+
+
 def _file_memory(item: Any, where: str, user_name: str | None, user_id: str | None,
                  allow_future: bool) -> TextNode:
     if not isinstance(item, dict):
         raise CommandError(f"{where}: expected an object, got {_json_kind(item)}")
+    if unknown := [name for name in item if name not in ENTRY_FIELDS]:
+        raise CommandError(f"{where}: unknown field {json.dumps(unknown[0], ensure_ascii=False)} "
+                           f"(the fields are {', '.join(ENTRY_FIELDS)})")
     for name, example in (("fact", "The user likes tea."), ("date", "2026-09-01")):
         if name not in item:
             raise CommandError(f'{where}: no "{name}" (e.g. "{name}": "{example}")')

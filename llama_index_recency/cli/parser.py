@@ -339,7 +339,7 @@ def _timeout_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _store_options(parser: argparse.ArgumentParser, store_help: str | None = None) -> None:
-    parser.add_argument("--store", type=Path, default=None,
+    parser.add_argument("--store", type=_store_path, default=None,
                         help=store_help or f"local store directory (default: {default_store_path()})")
     parser.add_argument("--url", default=None,
                         help="a Qdrant server (e.g. http://localhost:6333) instead of --store")
@@ -409,6 +409,14 @@ def _collection(value: str) -> str:
         return check_collection_name(value)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _store_path(value: str) -> Path:
+    """A store directory; an empty one (an unset variable) is refused, not the working one."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError(f"the store path {value!r} is empty: name the store's "
+                                         "directory or leave --store out")
+    return Path(value)
 
 
 def _non_blank(what: str) -> Any:

@@ -23,7 +23,7 @@ from typing import Any, List, Optional, Sequence
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
-from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
+from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr, field_validator
 from llama_index.core.llms import LLM
 from llama_index.core.memory import Memory
 from llama_index.core.memory.memory import BaseMemoryBlock
@@ -39,6 +39,7 @@ from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
 from llama_index_recency.querying.gate import MIN_FIT_MEMORIES, refit_after_write
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.vague import is_vague_ranking
+from llama_index_recency.records.nodes import check_user_id
 from llama_index_recency.records.text import memory_text
 from llama_index_recency.storage import (
     Conversation,
@@ -136,6 +137,11 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
     _failed: list[Conversation] = PrivateAttr(default_factory=list)
     _worker: Optional[threading.Thread] = PrivateAttr(default=None)
     _sessions: "dict[Optional[str], _SessionTurns]" = PrivateAttr(default_factory=dict)
+
+    @field_validator("user_id")
+    @classmethod
+    def _one_line_of_text(cls, user_id: Optional[str]) -> Optional[str]:
+        return None if user_id is None else check_user_id(user_id)
 
     def model_post_init(self, __context: Any) -> None:
         """Fill in the store's policy and outbox; with an llm, retry what a past process left."""

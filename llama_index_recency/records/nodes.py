@@ -229,14 +229,16 @@ def memory_node(
     excluded from the embedding and the LLM prompt, so the date is never shown twice.
 
     Raises:
-        InvalidInputError: An empty fact, one with a control character, without a word or
-            longer than :data:`MAX_FACT_CHARS`; a ``user_name`` or ``user_id`` that is blank
+        InvalidInputError: A fact that is not a string, is empty, has a control character,
+            no word or more than :data:`MAX_FACT_CHARS` characters; a ``user_name`` or ``user_id`` that is blank
             or not one line; an unreadable date; ``date_key``, ``user_id`` or ``supersedes``
             given twice (argument and ``metadata``); a link that is not a UUID or names the
             memory itself.
         FutureMemoryDateError: A date more than one day after ``reference_date``'s, without
             ``allow_future``.
     """
+    if not isinstance(fact, str):
+        raise InvalidInputError(f"a fact is a sentence (a string), got {fact!r}")
     fact = " ".join(fact.split())
     if not fact:
         raise InvalidInputError("a memory needs a non-empty fact sentence")

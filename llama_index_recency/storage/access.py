@@ -80,6 +80,18 @@ def edge_shard_path(path: str | os.PathLike[str], collection_name: str = DEFAULT
     return Path(path) / EDGE_DIRECTORY / check_collection_name(collection_name)
 
 
+def check_store_path(path: Optional[str | os.PathLike[str]]) -> None:
+    """Refuse an empty ``path`` (an unset variable, say), which would put the store in the
+    working directory.
+
+    Raises:
+        InvalidInputError: ``path`` is empty or only blanks.
+    """
+    if path is not None and not os.fspath(path).strip():
+        raise InvalidInputError(f"the store path {os.fspath(path)!r} is empty: name the store's "
+                                "directory, or give no path for a temporary store")
+
+
 def check_collection_name(name: str) -> str:
     """``name`` if it is a plain collection name: not empty nor only blanks, not ``.`` or
     ``..``, without a path separator or a control character (it names a directory under the

@@ -39,7 +39,7 @@ from qdrant_client import models
 
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.records.dates import parse_memory_date
-from llama_index_recency.records.nodes import USER_ID_KEY
+from llama_index_recency.records.nodes import USER_ID_KEY, check_user_id
 
 __all__ = ["memory_scope", "to_edge_filter", "to_qdrant_filter"]
 
@@ -139,13 +139,15 @@ def memory_scope(
     """``filters`` AND ``user_id == user_id`` AND ``date < before``, or None for no condition.
 
     Raises:
-        InvalidInputError: ``before`` is not a readable date.
+        InvalidInputError: ``before`` is not a readable date, or ``user_id`` not a non-blank
+            line of text (``""`` would select no memory, not every user's).
     """
     conditions: list[MetadataFilter | MetadataFilters] = []
     if filters is not None and has_condition(filters):
         conditions.append(filters)
     if user_id is not None:
-        conditions.append(MetadataFilter(key=USER_ID_KEY, operator=FilterOperator.EQ, value=user_id))
+        conditions.append(MetadataFilter(key=USER_ID_KEY, operator=FilterOperator.EQ,
+                                         value=check_user_id(user_id)))
     if before is not None:
         instant = parse_memory_date(before)  # ValueError names a bad value
         conditions.append(

@@ -49,6 +49,7 @@ from llama_index_recency.storage.access import (
     MemoryStore,
     MemoryVectorStore,
     check_collection_name,
+    check_store_path,
     collection_calls,
     edge_shard_path,
     is_local_mode_store,
@@ -113,7 +114,7 @@ def open_memory_index(
     collection recorded with another raises :class:`EmbeddingMismatchError`.
 
     Raises:
-        InvalidInputError: ``collection_name`` is not a plain name; ``path`` and ``url``
+        InvalidInputError: ``collection_name`` is not a plain name; ``path`` is empty; ``path`` and ``url``
             both given; the collection's shard directory holds something else.
         MemoryStorePathError: ``path`` is a file, not a directory.
         MemoryStoreLockedError: The embedded store is open in another process (or handle).
@@ -125,6 +126,7 @@ def open_memory_index(
             vectors of another size.
     """
     check_collection_name(collection_name)
+    check_store_path(path)
     identity = {
         "model": embedding_name or embed_model.model_name,
         "dimensions": len(embed_model.get_query_embedding(_DIMENSION_PROBE)),
@@ -162,8 +164,8 @@ def open_memory_store(
     :class:`MemoryStoreUnreachableError`. For listing, counting, forgetting and migrating.
 
     Raises:
-        InvalidInputError: Neither ``path`` nor ``url`` given, or ``collection_name`` is not
-            a plain name.
+        InvalidInputError: Neither ``path`` nor ``url`` given, ``path`` empty, or
+            ``collection_name`` not a plain name.
         MemoryStoreNotFoundError: The server has no such collection, or ``path`` holds
             neither a local-mode store nor the collection's Edge shard (a local-mode store
             is not checked for the collection).
@@ -173,6 +175,7 @@ def open_memory_store(
         MemoryStoreUnreachableError: The server at ``url`` does not answer.
     """
     check_collection_name(collection_name)
+    check_store_path(path)
     if url is not None:
         client, aclient = qdrant_clients(url=url, api_key=api_key)
         assert client is not None
