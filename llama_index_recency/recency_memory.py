@@ -408,12 +408,12 @@ class RecencyMemory:
                                                  user_id=self._user(user_id), **kwargs)
 
     def as_memory_block(self, **kwargs: Any) -> RecencyMemoryBlock:
-        """An agent memory block reading (and, with an LLM, writing) this user's memories.
-
-        ``kwargs`` go to :class:`RecencyMemoryBlock` (``name``, ``background``, ...).
-        """
+        """An agent memory block reading (and, with an LLM, writing) this user's memories;
+        ``kwargs`` go to :class:`RecencyMemoryBlock` (``name``, ``background``, ...). A
+        ``user_id`` other than this object's raises InvalidInputError."""
         options: dict[str, Any] = {"index": self.index, "policy": self._policy,
-                                   "user_id": self.user_id, "user_name": self.user_name,
+                                   "user_id": self._user(kwargs.pop("user_id", None)),
+                                   "user_name": self.user_name,
                                    "llm": self.llm, "min_fit_memories": self.min_fit_memories}
         return RecencyMemoryBlock(**{**options, **kwargs})
 

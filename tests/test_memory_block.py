@@ -351,6 +351,12 @@ def sent_turns(server: OpenAIServer) -> list[list[tuple[str, str]]]:
     return requests
 
 
+def without_the_question_answered(request: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """A request's turns without the assistant turn it starts with, sent before as the end of
+    the exchange before and shown again for the user's answer to it."""
+    return request[1:] if request and request[0][0] == "assistant" else request
+
+
 def agent(server: OpenAIServer) -> FunctionAgent:
     """A FunctionAgent chatting through ``server``."""
     llm = openai_like_llm(model="qwen-test", api_base=server.base_url, api_key="k", max_retries=0)
@@ -361,8 +367,8 @@ def agent(server: OpenAIServer) -> FunctionAgent:
 async def test_what_the_user_says_is_stored_during_the_session_without_a_call_by_the_app(
         openai_server, extraction_server) -> None:
     """Memory's defaults flush nothing in four turns; the block writes turn 2's fact anyway."""
-    tea = ToolCall(RECORD, {"memories": [
-        {"turn": 1, "kind": "preference", "fact": "The user likes green tea."}]})
+    tea = ToolCall(RECORD, {"memories": [  # turn 1 is the reply it answers, "Hi Taro!"
+        {"turn": 2, "kind": "preference", "fact": "The user likes green tea."}]})
     extraction_server.replies = [NOTHING, tea]  # one request per exchange, in order
     extraction_server.reply = NOTHING
     openai_server.replies = ["Hi Taro!", "Green tea, noted.", "Have fun.", "Good night!"]
@@ -406,7 +412,8 @@ async def test_each_turn_is_sent_for_extraction_once_across_turns_flushes_and_th
     assert await block.aremember_session(memory) == []
     assert len(extraction_server.requests) == requests  # nothing left to send
 
-    counts = Counter(turn for request in sent_turns(extraction_server) for turn in request)
+    counts = Counter(turn for request in sent_turns(extraction_server)
+                     for turn in without_the_question_answered(request))
     assert counts == Counter([("user", text) for text in said]
                              + [("assistant", text) for text in replies])
     assert counts[("user", "Yes, exactly.")] == 2
@@ -489,6 +496,25 @@ def run_session(path: Path, url: str, end: str) -> subprocess.CompletedProcess[s
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
+async def test_a_users_answer_reaches_the_writer_with_the_question_it_answers(
+        openai_server, extraction_server) -> None:
+    """Sent exchange by exchange, "Yes" would reach the writer without "Are you allergic to
+    nuts?", which ended the exchange before: the question is shown again before it."""
+    extraction_server.reply = NOTHING
+    openai_server.replies = ["Are you allergic to nuts?", "Noted, I'll remember."]
+    block = RecencyMemoryBlock(index=tea_index(), llm=extraction_llm(extraction_server))
+    memory = Memory.from_defaults(session_id="nuts", memory_blocks=[block])
+    mimi = agent(openai_server)
+    for said in ("Quick health check.", "Yes"):
+        await mimi.run(said, memory=memory)
+    await block.aremember_session(memory)
+    (answered,) = [request for request in sent_turns(extraction_server)
+                   if ("user", "Yes") in request]
+    assert answered == [("assistant", "Are you allergic to nuts?"), ("user", "Yes"),
+                        ("assistant", "Noted, I'll remember.")]
+
+
 def conversation_requests(server: OpenAIServer, text: str) -> int:
     return sum(1 for request in sent_turns(server) if ("user", text) in request)
 
@@ -501,8 +527,8 @@ async def test_a_session_whose_llm_was_down_is_written_when_the_store_is_next_op
     assert "failed: 1" in done.stdout
     openai_server.replies = [ToolCall(RECORD, {"memories": [
         {"turn": 1, "kind": "preference", "fact": "The user likes green tea."}]})]
-    openai_server.reply = ToolCall(RECORD, {"memories": [
-        {"turn": 1, "kind": "event", "fact": "The user moved to Osaka."}]})
+    openai_server.reply = ToolCall(RECORD, {"memories": [  # after the reply it answers
+        {"turn": 2, "kind": "event", "fact": "The user moved to Osaka."}]})
     index = disk_index(tmp_path)
     block = RecencyMemoryBlock(index=index, llm=extraction_llm(openai_server))  # another user's block
     await eventually(lambda: count_memories(index) == 2)
@@ -518,8 +544,8 @@ async def test_a_killed_process_loses_no_turn_and_resends_none_it_wrote(tmp_path
     block over the store writes the second and never sends the first again."""
     openai_server.replies = [ToolCall(RECORD, {"memories": [
         {"turn": 1, "kind": "preference", "fact": "The user likes green tea."}]})]
-    openai_server.reply = ToolCall(RECORD, {"memories": [
-        {"turn": 1, "kind": "event", "fact": "The user moved to Osaka."}]})
+    openai_server.reply = ToolCall(RECORD, {"memories": [  # after the reply it answers
+        {"turn": 2, "kind": "event", "fact": "The user moved to Osaka."}]})
     openai_server.faults = ["ok", "hang"]  # the second extraction never answers
     done = run_session(tmp_path, openai_server.base_url, "kill")
     assert done.returncode == -9 and "failed: 0" in done.stdout, done.stderr
@@ -658,7 +684,8 @@ async def test_the_held_exchange_leaves_the_outbox_when_the_session_is_remembere
     assert block.outbox_path is not None and block.outbox_path.exists()
     await block.aremember_session(memory)
     assert not block.outbox_path.exists()
-    counts = Counter(turn for request in sent_turns(extraction_server) for turn in request)
+    counts = Counter(turn for request in sent_turns(extraction_server)
+                     for turn in without_the_question_answered(request))
     assert counts == Counter([("user", "I like green tea."), ("assistant", "Nice."),
                               ("user", "I moved to Osaka last week."),
                               ("assistant", "Big change!")])

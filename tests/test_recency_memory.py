@@ -281,6 +281,9 @@ def test_a_bound_object_refuses_another_users_reads_and_writes(memory, tmp_path:
         memory.search(COFFEE, user_id="alice")
     with pytest.raises(RecencyError, match="bound to user 'taro', not 'alice'"):
         memory.get_all(user_id="alice")
+    with pytest.raises(RecencyError, match="bound to user 'taro', not 'alice'"):
+        memory.as_memory_block(user_id="alice")  # Alice's memories in Taro's prompt
+    assert memory.as_memory_block(user_id=None).user_id == "taro"  # not every user's
     with pytest.raises(RecencyError, match="saves the whole store's policy"):
         memory.calibrate(save=True)
     other = RecencyMemory(index=memory.index, user_id="alice")

@@ -66,8 +66,9 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
     ``Memory`` never truncates it, and ``top_n`` keeps it small.
 
     Writing (with an ``llm``): during the session, each turn hands the exchanges before the
-    latest user message to a worker thread that extracts facts and stores them under
-    ``user_id``, dated as the block reads (the policy's reference date if set, else today),
+    latest user message (after the assistant turn they answer, shown again: "Are you
+    allergic to nuts?" before "Yes") to a worker thread that extracts facts and stores them
+    under ``user_id``, dated as the block reads (the policy's reference date if set, else today),
     so the turn never waits for the LLM. Each turn is sent once: a ``Memory`` flush and
     :meth:`remember_session` (at session end) send only what was not sent yet. Every
     conversation waits in the outbox (:attr:`outbox_path`) until it is stored; a failed
@@ -239,8 +240,8 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
         it is at worst extracted twice, never lost."""
         with self._lock:
             session = self._sessions.setdefault(session_id, _SessionTurns())
-            keyed = session.held_turns if turns is None else session.keyed(turns)[start:]
-            pending = [(key, turn) for key, turn in keyed if key not in session.sent]
+            pending = ([(key, turn) for key, turn in session.held_turns if key not in session.sent]
+                       if turns is None else session.unsent(turns, start))
             old, session.held_turns = session.held, pending
             if old is not None and old.turns == tuple(turn for _, turn in pending):
                 return
@@ -455,9 +456,17 @@ class _SessionTurns:
         """When the block first saw each of ``keyed`` (as :meth:`keyed` gives them)."""
         return tuple(self.seen[key] for key, _ in keyed)
 
-    def unsent(self, turns: Sequence[Turn]) -> list[tuple[bytes, Turn]]:
-        """The not yet sent of ``turns`` (as :meth:`keyed` takes them), keyed."""
-        return [(key, turn) for key, turn in self.keyed(turns) if key not in self.sent]
+    def unsent(self, turns: Sequence[Turn], start: int = 0) -> list[tuple[bytes, Turn]]:
+        """The not yet sent of ``turns[start:]`` (as :meth:`keyed` takes them), keyed, after
+        the assistant turn sent just before the first of them: the question a user's turn
+        may answer ("Are you allergic to nuts?" before "Yes"), which the writer is shown and
+        takes no fact from (facts come from user turns only)."""
+        keyed = self.keyed(turns)
+        first = next((i for i in range(start, len(keyed)) if keyed[i][0] not in self.sent),
+                     len(keyed))
+        asked = keyed[first - 1:first] if first and keyed[first - 1][1].role == "assistant" \
+            and keyed[first - 1][0] in self.sent else []
+        return asked + [(key, turn) for key, turn in keyed[first:] if key not in self.sent]
 
 
 def _answered(error: Exception) -> bool:
