@@ -834,16 +834,22 @@ def test_an_empty_store_path_is_refused_not_the_working_directory(
     working directory; it is refused, naming the value, and nothing is written."""
     from llama_index_recency import RecencyMemory
     from llama_index_recency.errors import InvalidInputError
+    from llama_index_recency.storage.migration import migrate_store
 
     monkeypatch.chdir(tmp_path)
-    for argv in (["add", "The user likes tea.", "--date", "2026-09-01"], ["list"]):
-        assert main([*argv, "--store", empty]) == 2
+    (tmp_path / "old").mkdir()
+    for argv, argument in [(["add", "The user likes tea.", "--date", "2026-09-01", "--store",
+                             empty], "--store"), (["list", "--store", empty], "--store"),
+                           (["migrate", str(tmp_path / "old"), empty], "target")]:
+        assert main(argv) == 2
         line = error_line(capsys.readouterr().err)
-        assert line.startswith(f"error: llama-index-recency {argv[0]}: argument --store: the "
+        assert line.startswith(f"error: llama-index-recency {argv[0]}: argument {argument}: the "
                                "store path '") and line.endswith(
-            "' is empty: name the store's directory or leave --store out (see --help)")
+            "' is empty: name the store's directory (see --help)")
     with pytest.raises(InvalidInputError, match=f"the store path {empty!r} is empty"):
         RecencyMemory(KnownCosineEmbedding({}), path=empty)
     with pytest.raises(InvalidInputError, match=f"the store path {empty!r} is empty"):
         open_memory_index(KnownCosineEmbedding({}), path=empty)
-    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(InvalidInputError, match=f"the store path {empty!r} is empty"):
+        migrate_store(tmp_path / "old", empty)
+    assert list(tmp_path.iterdir()) == [tmp_path / "old"]

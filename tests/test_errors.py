@@ -134,7 +134,7 @@ def test_a_refused_setting_is_one_line_naming_the_value(build, named: str) -> No
 
 def test_a_setting_that_does_not_exist_is_refused_not_ignored(tmp_path) -> None:
     """A misspelled setting would otherwise leave the default in place (a silent wrong
-    answer); a postprocessor has no ``user_id`` to scope by: its retriever does."""
+    answer); a postprocessor is given its user by ``from_index(index, user_id=...)``."""
     index = open_memory_index(KnownCosineEmbedding({}), path=tmp_path / "store")
     for build, model, setting in [
         (lambda: RecencyPolicy(treshold=0.99), "RecencyPolicy", "treshold=0.99"),

@@ -409,6 +409,33 @@ def test_from_index_adopts_a_gate_saved_after_it_was_made(counted_index) -> None
     assert recency.reference_date == SEED_TODAY  # the override stays
 
 
+def test_from_index_for_a_user_adopts_that_users_gate_saved_after_it_was_made(
+        counted_index) -> None:
+    """A gate fitted for Hana after her postprocessor was made ranks her next question (the
+    store-wide gate and another user's stay out of it)."""
+    index, _ = counted_index
+    hana = RecencyBonusPostprocessor.from_index(index, user_id="hana", reference_date=SEED_TODAY)
+    save_gate_fit(index, hana.gate_units, {"en": 0.7, "ja": 0.7}, 3, date(2026, 9, 10),
+                  user_id="taro")
+    assert hana.explain([], QueryBundle("coffee?")).threshold == 0.818  # e5's shipped en
+    save_gate_fit(index, hana.gate_units, {"en": 0.5, "ja": 0.6}, 3, date(2026, 9, 10),
+                  user_id="hana")
+    assert hana.explain([], QueryBundle("coffee?")).threshold == 0.5
+
+
+def test_a_postprocessor_is_rebuilt_from_its_dump_and_made_with_its_own_settings(
+        counted_index) -> None:
+    """Its dump names its class (as every LlamaIndex component's does) and is no setting;
+    ``from_index`` takes the postprocessor's own fields (``embed_model``, ``past_bonus_scale``)
+    beside the policy's."""
+    index, embed = counted_index
+    made = RecencyBonusPostprocessor.from_index(index, reference_date=SEED_TODAY,
+                                                past_bonus_scale=0.5, embed_model=embed)
+    assert made.embed_model is embed and made.past_bonus_scale == 0.5
+    again = RecencyBonusPostprocessor.model_validate(made.model_dump())
+    assert again.threshold == made.threshold and again.past_bonus_scale == 0.5
+
+
 def test_from_index_reads_an_edge_stores_records_only_when_they_changed(
         counted_index, monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing on the question path grows with the store: the records (every user's gate

@@ -328,3 +328,25 @@ def test_a_user_id_that_names_no_user_is_refused_by_every_reader_and_writer(
         assert repr(user) in str(caught.value) and "\n" not in str(caught.value), name
     assert [n.node_id for n in shared.get_all()] == [memory_id]
     assert shared.index.vector_store.metadata == before and not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_user_id_naming_no_user_is_refused_in_nodes_and_forget_filters_too(shared) -> None:
+    """A node made with ``user_id=""`` would be no user's memory, and a forget filtering on
+    ``user_id == ""`` would record a user that never was; a memory some other writer stored
+    so still shows its history."""
+    from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
+
+    from llama_index_recency.writing.updates import forget
+
+    blank = memory_node("The user likes tea.", "2026-09-01")
+    blank.metadata["user_id"] = ""
+    with pytest.raises(RecencyError, match=f"memory {blank.node_id}: user_id must be a "
+                                           "non-blank string, got ''"):
+        shared.add(blank)
+    before = shared.index.vector_store.metadata
+    with pytest.raises(RecencyError, match="user_id must be a non-blank string, got ' '"):
+        forget(shared.index, filters=MetadataFilters(filters=[MetadataFilter(key="user_id",
+                                                                             value=" ")]))
+    assert shared.index.vector_store.metadata == before
+    shared.index.insert_nodes([blank])  # LlamaIndex's own write checks no owner
+    assert [n.node_id for n in shared.history(blank.node_id)] == [blank.node_id]

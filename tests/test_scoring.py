@@ -140,3 +140,15 @@ def test_a_threshold_set_on_a_policy_is_the_threshold_for_every_language() -> No
     both = shipped.model_copy(update={"threshold": 0.99, "language_thresholds": {"ja": 0.5}})
     assert both.for_question("コーヒーはどう飲むんだっけ？").threshold == 0.5
     assert shipped.for_question("How do I take my coffee again?").threshold == 0.818  # untouched
+
+
+def test_a_policy_dated_by_a_callable_ranks_a_question_about_the_present() -> None:
+    """``reference_date`` may be a callable (the documented way to follow the clock): the
+    present question's policy keeps it, where a dump of the policy cannot hold a callable."""
+    today = lambda: "2026-09-10"  # noqa: E731
+    policy = RecencyPolicy(reference_date=today, present_weight=0.02, supersede_margin=0.05)
+    for intent in ("present", "past", "event"):
+        derived = policy.for_intent(intent)
+        assert derived.reference_date is today and derived.reference() == policy.reference()
+    assert policy.for_intent("present").weight == 0.02
+    assert policy.for_question("How do I take my coffee these days?").weight == 0.02

@@ -293,3 +293,24 @@ def test_get_memories_of_one_user_newest_first_and_the_async_twins(tmp_path) -> 
 
 DAYS_USERS = [("2026-09-01", "taro"), ("2026-08-20", "taro"), ("2026-09-09", "taro"),
               ("2026-09-05", "hanako")]
+
+
+def test_a_saved_policy_with_a_setting_this_version_lacks_still_ranks(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A policy saved by a newer version (or edited by hand) may carry a setting this one does
+    not know: the store still ranks, without it, and says so once."""
+    from llama_index_recency.storage.metadata import POLICY_METADATA_KEY
+
+    index = open_memory_index(KnownCosineEmbedding({}), path=tmp_path / "store")
+    save_policy(index, RecencyPolicy(threshold=0.61, top_n=2))
+    store = index.vector_store
+    store.update_metadata({POLICY_METADATA_KEY: {**store.metadata[POLICY_METADATA_KEY],
+                                                 "saved_by": "0.9.0"}})
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            policy = index_policy(index)
+            assert (policy.threshold, policy.top_n) == (0.61, 2)
+    assert [r.getMessage() for r in caplog.records] == [
+        "the policy saved with the store has settings this version does not know (saved_by): "
+        "it ranks without them"]
+    close_memory_index(index)

@@ -243,8 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
         "SOURCE, a store written by llama-index-recency 0.1.0, into a new Qdrant Edge store at "
         "TARGET; verify the counts. SOURCE is only read; rerunning is harmless. Needs no model.",
     )
-    migration.add_argument("source", type=Path, help="the 0.1.0 store directory")
-    migration.add_argument("target", type=Path, help="the new store directory")
+    migration.add_argument("source", type=_store_path, help="the 0.1.0 store directory")
+    migration.add_argument("target", type=_store_path, help="the new store directory")
     migration.add_argument("--collection", type=_collection, default=DEFAULT_COLLECTION,
                            help=f"the collection to copy (default: {DEFAULT_COLLECTION})")
     migration.set_defaults(run=run_migrate)
@@ -415,7 +415,7 @@ def _store_path(value: str) -> Path:
     """A store directory; an empty one (an unset variable) is refused, not the working one."""
     if not value.strip():
         raise argparse.ArgumentTypeError(f"the store path {value!r} is empty: name the store's "
-                                         "directory or leave --store out")
+                                         "directory")
     return Path(value)
 
 

@@ -80,6 +80,15 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
     _overrides: dict[str, Any] = PrivateAttr(default_factory=dict)
     _adopted: Any = PrivateAttr(default=None)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _without_its_class_name(cls, data: Any) -> Any:
+        """Its own dump (``model_dump``) names its class, as every LlamaIndex component's does:
+        no setting, so a copy rebuilt from one is not refused."""
+        if isinstance(data, dict) and data.get("class_name") == cls.class_name():
+            return {name: value for name, value in data.items() if name != "class_name"}
+        return data
+
     @model_validator(mode="after")
     def _cohort_needs_the_model(self) -> "RecencyBonusPostprocessor":
         if self.relevance == "cohort" and self.embed_model is None:
@@ -118,12 +127,13 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         store = vector_store_of(index.vector_store)
         if isinstance(store, QdrantEdgeVectorStore):
             store.with_vectors = True  # the candidates come with their vectors: none read again
-        own = {name: overrides.pop(name) for name in ("past_bonus_scale",) if name in overrides}
+        own = {"embed_model": embedding_of(index)}  # the postprocessor's fields, not a policy's
+        own.update((name, overrides.pop(name)) for name in set(cls.model_fields).difference(
+            RecencyPolicy.model_fields) if name in overrides)
         metadata = collection_metadata(store)
-        made = cls(**dict(index_policy(metadata, **overrides)), embed_model=embedding_of(index),
-                   **own)
+        made = cls(**dict(index_policy(metadata, **overrides)), **own)
         made._store, made._reads = store, StoreReads(store, check_store_every)
-        made._overrides, made._adopted = overrides, policy_records(metadata)
+        made._overrides, made._adopted = overrides, policy_records(metadata, user_id)
         made._user_id = user_id
         return made
 
@@ -215,7 +225,7 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         if self._store is None or self._reads is None or not self._reads.due():
             return
         metadata = collection_metadata(self._store)
-        records = policy_records(metadata)
+        records = policy_records(metadata, self._user_id)
         if records != self._adopted:
             adopted = index_policy(metadata, **self._overrides)
             # The fields as they are (an assigned threshold would drop the languages' ones).

@@ -344,10 +344,8 @@ class RecencyPolicy(OneLineValidation, BaseModel):
             changes = {"supersede_margin": None}
         else:
             return self
-        values = {name: value for name, value  # a LlamaIndex component adds its class_name
-                  in self.model_dump(include=set(RecencyPolicy.model_fields)).items()
-                  if name in RecencyPolicy.model_fields}
-        return RecencyPolicy(**{**values, "reference_date": self.reference_date, **changes})
+        values = {name: getattr(self, name) for name in RecencyPolicy.model_fields}
+        return RecencyPolicy(**{**values, **changes})
 
     def _past_weight(self) -> float:
         """The bonus for a question about the past: ``past_weight``, else ``weight``

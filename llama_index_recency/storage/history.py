@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Optional
 
 from llama_index.core.schema import BaseNode, NodeWithScore
+from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
 
 from llama_index_recency.ranking.successors import NEWER, OLDER, LinkWalk, walk_links
 from llama_index_recency.records.links import memory_time
 from llama_index_recency.records.nodes import USER_ID_KEY
 from llama_index_recency.storage.access import MemoryStore
-from llama_index_recency.storage.filters import memory_scope
 from llama_index_recency.storage.metadata import index_policy
 from llama_index_recency.storage.store import get_memories, get_memory
 from llama_index_recency.twins import in_thread
@@ -29,7 +29,9 @@ def memory_history(index: MemoryStore, node_id: str, *, user_id: Optional[str] =
     """
     start = get_memory(index, node_id, user_id=user_id)  # found under any spelling of the id
     owner = start.metadata.get(USER_ID_KEY)
-    scope = None if owner is None else memory_scope(user_id=owner)
+    # The owner as stored, whatever it is (a check is for what a caller asks).
+    scope = None if owner is None else MetadataFilters(filters=[MetadataFilter(
+        key=USER_ID_KEY, operator=FilterOperator.EQ, value=owner)])
     date_key = index_policy(index).date_key
     versions = {start.node_id: start}
     for direction in (OLDER, NEWER):

@@ -4,6 +4,7 @@ the policy to rank it with."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from datetime import date, datetime
 from typing import Any, Optional
@@ -18,6 +19,9 @@ from llama_index_recency.storage.access import (
     vector_store_of,
 )
 from llama_index_recency.storage.edge import QdrantEdgeVectorStore
+
+logger = logging.getLogger(__name__)
+_UNKNOWN_SAVED: set[tuple[str, ...]] = set()  # saved settings already warned of
 
 EMBEDDING_METADATA_KEY = "llama_index_recency.embedding"
 """Collection-metadata key holding ``{"model": name, "dimensions": n}``."""
@@ -184,6 +188,12 @@ def index_policy(index: MemoryStore | Mapping[str, Any], *, user_id: Optional[st
     saved = metadata.get(POLICY_METADATA_KEY)
     gate = gate_record(metadata, user_id)
     if saved is not None:
+        if unknown := tuple(sorted(set(saved).difference(RecencyPolicy.model_fields))):
+            if unknown not in _UNKNOWN_SAVED:  # a newer version's setting, or a hand edit
+                _UNKNOWN_SAVED.add(unknown)
+                logger.warning("the policy saved with the store has settings this version does "
+                               "not know (%s): it ranks without them", ", ".join(unknown))
+            saved = {name: value for name, value in saved.items() if name not in unknown}
         # A saved calibration fits the gate and the bonus; the intent and version rules
         # the model ships with (in the same units) still apply.
         same_units = saved.get("relevance", "cosine") == shipped.get("relevance", "cosine")

@@ -20,6 +20,7 @@ from llama_index_recency.storage.access import (
     DEFAULT_COLLECTION,
     LOCAL_MODE_MARKER,
     check_collection_name,
+    check_store_path,
     is_local_mode_store,
     open_edge,
     qdrant_clients,
@@ -58,14 +59,16 @@ def migrate_store(
     Raises:
         MemoryStoreNotFoundError: ``source`` is not a local-mode store, or has no collection
             ``collection_name``.
-        InvalidInputError: ``collection_name`` is not a plain name, ``target`` is itself a
-            local-mode store, or the shard directory under ``target`` holds something else.
+        InvalidInputError: ``collection_name`` is not a plain name, ``target`` is empty or
+            itself a local-mode store, or the shard directory under ``target`` holds
+            something else.
         MemoryStoreLockedError: ``source`` or ``target`` is open in another process.
         EmbeddingMismatchError: ``target`` records another embedding model than ``source``.
         MigrationIncompleteError: Fewer memories were copied than ``source`` holds (it is
             untouched; rerunning completes the copy).
     """
     check_collection_name(collection_name)
+    check_store_path(target)
     if not is_local_mode_store(source):
         raise MemoryStoreNotFoundError(
             f"{source} is not a llama-index-recency 0.1.0 store (no {LOCAL_MODE_MARKER}); "

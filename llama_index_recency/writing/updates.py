@@ -39,6 +39,7 @@ from llama_index_recency.records.nodes import (
     SUPERSEDES_KEY,
     USER_ID_KEY,
     canonical_id,
+    check_user_id,
     is_memory_id,
     memory_node,
     quoted,
@@ -120,14 +121,15 @@ def insert_memories(
     failed batch raises :class:`PartialWriteError` with the exact number stored.
 
     Raises:
-        InvalidInputError: A memory given twice, superseding another user's, or given
-            other text or (without ``replace``) another user than it is stored with;
-            nothing is written.
+        InvalidInputError: A memory given twice, of a ``user_id`` that names no user (``""``,
+            a number), superseding another user's, or given other text or (without
+            ``replace``) another user than it is stored with; nothing is written.
         PartialWriteError: A batch failed; it says how many memories were stored.
     """
     with _WRITES:
         for node in nodes:
             _spell_canonically(node)
+            _check_owner(node)
         _check_repeats(nodes)
         unique, forgotten = _not_forgotten(index, nodes, said_at)
         stored = {canonical_id(node.node_id): node
@@ -213,6 +215,17 @@ def _not_forgotten(index: VectorStoreIndex, nodes: Sequence[BaseNode],
         else:
             kept.append(node)
     return kept, tuple(left_out)
+
+
+def _check_owner(node: BaseNode) -> None:
+    """Refuse a memory whose ``user_id`` names no user (``""``, a number): no reader scoped to
+    a user could find it, and every unscoped one would."""
+    owner = node.metadata.get(USER_ID_KEY)
+    if owner is not None:
+        try:
+            check_user_id(owner)
+        except InvalidInputError as error:
+            raise InvalidInputError(f"memory {node.node_id}: {error}") from None
 
 
 def _check_users(nodes: Sequence[BaseNode], stored: dict[str, BaseNode]) -> None:
@@ -407,7 +420,8 @@ def _whole_user(user_id: Optional[str], filters: Optional[MetadataFilters]) -> O
                 and kept.operator == FilterOperator.EQ and isinstance(kept.value, str)
                 for kept in filters.filters):
             return None
-        named |= {str(kept.value) for kept in filters.filters if isinstance(kept, MetadataFilter)}
+        named |= {check_user_id(kept.value) for kept in filters.filters
+                  if isinstance(kept, MetadataFilter) and isinstance(kept.value, str)}
     return named.pop() if len(named) == 1 else None
 
 
