@@ -515,6 +515,26 @@ async def test_a_users_answer_reaches_the_writer_with_the_question_it_answers(
                         ("assistant", "Noted, I'll remember.")]
 
 
+@pytest.mark.slow
+async def test_a_new_conversation_under_an_old_session_id_is_written_anew(
+        openai_server, extraction_server) -> None:
+    """One block serves a user's conversations, each a new ``Memory`` under the same session
+    id: what the user says again in the next one (after the first was forgotten, say) goes to
+    the writer again; within one conversation a turn still goes once."""
+    extraction_server.reply = NOTHING
+    openai_server.reply = "Noted."
+    block = RecencyMemoryBlock(index=tea_index(), llm=extraction_llm(extraction_server))
+    mimi = agent(openai_server)
+    for _ in range(2):
+        memory = Memory.from_defaults(session_id="taro", memory_blocks=[block])
+        for said in ("I live in Kyoto.", "I like jazz."):
+            await mimi.run(said, memory=memory)
+        await block.aremember_session(memory)
+        assert await block.aremember_session(memory) == []
+    for said in ("I live in Kyoto.", "I like jazz."):
+        assert conversation_requests(extraction_server, said) == 2
+
+
 def conversation_requests(server: OpenAIServer, text: str) -> int:
     return sum(1 for request in sent_turns(server) if ("user", text) in request)
 

@@ -12,12 +12,11 @@ what is not written yet (the latest exchange included) across failures and resta
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import threading
-from collections import Counter, deque
+from collections import deque
 from dataclasses import replace
-from datetime import date, datetime, timezone
+from datetime import date
 from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
@@ -36,6 +35,7 @@ from llama_index_recency.integrations.prompts import (
     memory_context,
 )
 from llama_index_recency.integrations.retriever import QdrantRecencyRetriever
+from llama_index_recency.integrations.session_turns import SessionTurns, chat_turns
 from llama_index_recency.querying.gate import MIN_FIT_MEMORIES, refit_after_write
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.vague import is_vague_ranking
@@ -137,7 +137,7 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
     _writing: int = PrivateAttr(default=0)
     _failed: list[Conversation] = PrivateAttr(default_factory=list)
     _worker: Optional[threading.Thread] = PrivateAttr(default=None)
-    _sessions: "dict[Optional[str], _SessionTurns]" = PrivateAttr(default_factory=dict)
+    _sessions: "dict[Optional[str], SessionTurns]" = PrivateAttr(default_factory=dict)
 
     @field_validator("user_id")
     @classmethod
@@ -222,7 +222,8 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
     def _keep(self, messages: List[ChatMessage], session_id: Optional[str]) -> None:
         """Hand the session's unsent turns before its latest user message (whose reply may
         still be to come) to the background writer, then hold the rest in the outbox."""
-        turns = _turns(messages)
+        turns = chat_turns(messages)
+        self._session(session_id, turns)
         start = 0
         if self.background:
             start = max((i for i, turn in enumerate(turns) if turn.role == "user"), default=0)
@@ -239,7 +240,7 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
         with an llm to write; a kill between a send and this call leaves a turn in both, so
         it is at worst extracted twice, never lost."""
         with self._lock:
-            session = self._sessions.setdefault(session_id, _SessionTurns())
+            session = self._sessions.setdefault(session_id, SessionTurns())
             pending = ([(key, turn) for key, turn in session.held_turns if key not in session.sent]
                        if turns is None else session.unsent(turns, start))
             old, session.held_turns = session.held, pending
@@ -263,7 +264,7 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
         if self.llm is None or not messages:
             return
         session_id = messages[0].additional_kwargs.get("session_id")  # set by Memory's flush
-        said = self._take(session_id, _turns(messages), leaving=True)
+        said = self._take(session_id, chat_turns(messages), leaving=True)
         if said is None:
             return
         if self.background:
@@ -283,7 +284,9 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
         if self.llm is None:
             return []
         self.wait_for_writes()
-        said = self._take(memory.session_id, _turns(memory.get_all(status=MessageStatus.ACTIVE)))
+        turns = chat_turns(memory.get_all(status=MessageStatus.ACTIVE))
+        self._session(memory.session_id, turns)
+        said = self._take(memory.session_id, turns)
         return [] if said is None else self._write_now(said, memory.session_id)
 
     async def aremember_session(self, memory: Memory) -> list[TextNode]:
@@ -291,8 +294,9 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
         if self.llm is None:
             return []
         await self.await_writes()
-        messages = await memory.aget_all(status=MessageStatus.ACTIVE)
-        said = self._take(memory.session_id, _turns(messages))
+        turns = chat_turns(await memory.aget_all(status=MessageStatus.ACTIVE))
+        await in_thread(self._session)(memory.session_id, turns)
+        said = self._take(memory.session_id, turns)
         return [] if said is None else await in_thread(self._write_now)(said,
                                                                 memory.session_id)
 
@@ -311,17 +315,34 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
         """Async :meth:`wait_for_writes`, run in a worker thread."""
         return await in_thread(self.wait_for_writes)()
 
+    def _session(self, session_id: Optional[str], turns: Sequence[Turn]) -> None:
+        """Note ``turns`` as the session's history now. One that does not go on from the
+        history last shown is a new conversation under the same id (a new ``Memory``, say
+        after a forget of the user): it starts a new record, so what its user says again is
+        written again, and the turns the old one still held go to the writer."""
+        with self._lock:
+            session = self._sessions.setdefault(session_id, SessionTurns())
+            keyed = session.keyed(turns)
+            if not session.continued_by(keyed):
+                if session.held is not None:
+                    self._submit(session.held)
+                session = self._sessions[session_id] = SessionTurns()
+                keyed = session.keyed(turns)
+            session.shown = [key for key, _ in keyed]
+
     def _take(self, session_id: Optional[str], turns: Sequence[Turn], *,
               leaving: bool = False) -> Optional[Conversation]:
         """The session's ``turns`` not sent yet, marked sent, as a conversation if one of them
         is the user's (assistant turns alone wait, as context for the next). ``leaving``:
         ``turns`` left Memory's history (a flush), so all are marked and counted as gone."""
         with self._lock:
-            session = self._sessions.setdefault(session_id, _SessionTurns())
+            session = self._sessions.setdefault(session_id, SessionTurns())
             new = session.unsent(turns)
             if leaving or any(turn.role == "user" for _, turn in new):
                 session.sent.update(key for key, _ in new)
             if leaving:
+                gone = {key for key, _ in session.keyed(turns)}
+                session.shown = [key for key in session.shown if key not in gone]
                 session.flushed.update((turn.role, turn.text) for turn in turns)
         if not any(turn.role == "user" for _, turn in new):
             return None
@@ -421,65 +442,7 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
         return stored
 
 
-class _SessionTurns:
-    """Which turns of one session went to the writer, so each goes once.
-
-    A turn is known by a hash of its role, text and occurrence in the session (a user who
-    says "yes" twice said two turns); occurrences count on from the turns a flush took out
-    of the history the block is shown. Each is kept with when the block first saw it, which
-    a forget of the user is compared with.
-    """
-
-    def __init__(self) -> None:
-        self.sent: set[bytes] = set()
-        self.seen: dict[bytes, datetime] = {}
-        self.flushed: Counter[tuple[str, str]] = Counter()
-        self.held: Optional[Conversation] = None  # the outbox entry of the turns not sent yet
-        self.held_turns: list[tuple[bytes, Turn]] = []
-
-    def keyed(self, turns: Sequence[Turn]) -> list[tuple[bytes, Turn]]:
-        """``turns`` (the history after the flushed turns, in order), keyed."""
-        seen: Counter[tuple[str, str]] = Counter()
-        keyed = []
-        now = datetime.now(timezone.utc)
-        for turn in turns:
-            said = (turn.role, turn.text)
-            occurrence = self.flushed[said] + seen[said]
-            seen[said] += 1
-            key = hashlib.blake2b(f"{turn.role}\0{occurrence}\0{turn.text}".encode(),
-                                  digest_size=16).digest()
-            self.seen.setdefault(key, now)
-            keyed.append((key, turn))
-        return keyed
-
-    def seen_at(self, keyed: Sequence[tuple[bytes, Turn]]) -> tuple[datetime, ...]:
-        """When the block first saw each of ``keyed`` (as :meth:`keyed` gives them)."""
-        return tuple(self.seen[key] for key, _ in keyed)
-
-    def unsent(self, turns: Sequence[Turn], start: int = 0) -> list[tuple[bytes, Turn]]:
-        """The not yet sent of ``turns[start:]`` (as :meth:`keyed` takes them), keyed, after
-        the assistant turn sent just before the first of them: the question a user's turn
-        may answer ("Are you allergic to nuts?" before "Yes"), which the writer is shown and
-        takes no fact from (facts come from user turns only)."""
-        keyed = self.keyed(turns)
-        first = next((i for i in range(start, len(keyed)) if keyed[i][0] not in self.sent),
-                     len(keyed))
-        asked = keyed[first - 1:first] if first and keyed[first - 1][1].role == "assistant" \
-            and keyed[first - 1][0] in self.sent else []
-        return asked + [(key, turn) for key, turn in keyed[first:] if key not in self.sent]
-
-
 def _answered(error: Exception) -> bool:
     """Whether the LLM answered but no valid fact came of it: a retry would only ask the
     same again."""
     return isinstance(error, FinalWriteError)
-
-
-def _turns(messages: List[ChatMessage]) -> list[Turn]:
-    """The user and assistant messages with text, as the writer's turns."""
-    return [
-        Turn(role=message.role.value, text=message.content.strip())  # type: ignore[arg-type]
-        for message in messages
-        if message.role in (MessageRole.USER, MessageRole.ASSISTANT)
-        and message.content and message.content.strip()
-    ]

@@ -1,0 +1,80 @@
+"""Which turns of an agent session went to the memory writer: each goes once, and a new
+conversation under an old session id starts anew."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import List, Optional
+
+from llama_index.core.base.llms.types import ChatMessage, MessageRole
+
+from llama_index_recency.records.nodes import Turn
+from llama_index_recency.storage import Conversation
+
+
+class SessionTurns:
+    """Which turns of one session went to the writer, so each goes once.
+
+    A turn is known by a hash of its role, text and occurrence in the session (a user who
+    says "yes" twice said two turns); occurrences count on from the turns a flush took out
+    of the history the block is shown. Each is kept with when the block first saw it, which
+    a forget of the user is compared with. The keys of the history last shown tell a new
+    conversation under the same session id (a new ``Memory``) from the same one going on.
+    """
+
+    def __init__(self) -> None:
+        self.sent: set[bytes] = set()
+        self.seen: dict[bytes, datetime] = {}
+        self.flushed: Counter[tuple[str, str]] = Counter()
+        self.held: Optional[Conversation] = None  # the outbox entry of the turns not sent yet
+        self.held_turns: list[tuple[bytes, Turn]] = []
+        self.shown: list[bytes] = []  # the history last shown, less the turns flushed since
+
+    def continued_by(self, keyed: Sequence[tuple[bytes, Turn]]) -> bool:
+        """Whether a history keyed so goes on from the one last shown: ``Memory`` adds turns
+        at its end and flushes some off its front, nothing else."""
+        return [key for key, _ in keyed[:len(self.shown)]] == self.shown
+
+    def keyed(self, turns: Sequence[Turn]) -> list[tuple[bytes, Turn]]:
+        """``turns`` (the history after the flushed turns, in order), keyed."""
+        seen: Counter[tuple[str, str]] = Counter()
+        keyed = []
+        now = datetime.now(timezone.utc)
+        for turn in turns:
+            said = (turn.role, turn.text)
+            occurrence = self.flushed[said] + seen[said]
+            seen[said] += 1
+            key = hashlib.blake2b(f"{turn.role}\0{occurrence}\0{turn.text}".encode(),
+                                  digest_size=16).digest()
+            self.seen.setdefault(key, now)
+            keyed.append((key, turn))
+        return keyed
+
+    def seen_at(self, keyed: Sequence[tuple[bytes, Turn]]) -> tuple[datetime, ...]:
+        """When the block first saw each of ``keyed`` (as :meth:`keyed` gives them)."""
+        return tuple(self.seen[key] for key, _ in keyed)
+
+    def unsent(self, turns: Sequence[Turn], start: int = 0) -> list[tuple[bytes, Turn]]:
+        """The not yet sent of ``turns[start:]`` (as :meth:`keyed` takes them), keyed, after
+        the assistant turn sent just before the first of them: the question a user's turn
+        may answer ("Are you allergic to nuts?" before "Yes"), which the writer is shown and
+        takes no fact from (facts come from user turns only)."""
+        keyed = self.keyed(turns)
+        first = next((i for i in range(start, len(keyed)) if keyed[i][0] not in self.sent),
+                     len(keyed))
+        asked = keyed[first - 1:first] if first and keyed[first - 1][1].role == "assistant" \
+            and keyed[first - 1][0] in self.sent else []
+        return asked + [(key, turn) for key, turn in keyed[first:] if key not in self.sent]
+
+
+def chat_turns(messages: List[ChatMessage]) -> list[Turn]:
+    """The user and assistant messages with text, as the writer's turns."""
+    return [
+        Turn(role=message.role.value, text=message.content.strip())  # type: ignore[arg-type]
+        for message in messages
+        if message.role in (MessageRole.USER, MessageRole.ASSISTANT)
+        and message.content and message.content.strip()
+    ]
