@@ -443,6 +443,25 @@ def disk_index(path: Path):
     return open_memory_index(MockEmbedding(embed_dim=4), path=path)
 
 
+def test_a_writing_block_over_a_store_without_an_outbox_says_a_crash_would_lose_its_queue(
+        tmp_path, closed_port_url, caplog: pytest.LogCaptureFixture) -> None:
+    """Over qdrant-client's local mode (or a server) no outbox file goes with the store: a
+    block that writes says so, and where to set one; one reading only, or given a file, not."""
+    from qdrant_client import QdrantClient
+
+    index = open_memory_index(MockEmbedding(embed_dim=4), client=QdrantClient(location=":memory:"))
+    llm = openai_like_llm(model="m", api_base=closed_port_url, api_key="k", max_retries=0)
+    with caplog.at_level(logging.WARNING, logger=memory_block.__name__):
+        RecencyMemoryBlock(index=index)
+        RecencyMemoryBlock(index=index, llm=llm, outbox_path=tmp_path / "outbox.jsonl")
+        assert caplog.records == []
+        RecencyMemoryBlock(index=index, llm=llm)
+    assert [r.getMessage() for r in caplog.records] == [
+        "recency_memory: this store (not a local Qdrant Edge store) keeps no outbox, so "
+        "conversations waiting for the writer are lost if the process dies; set outbox_path= "
+        "to keep them on disk"]
+
+
 async def test_a_failed_write_waits_in_the_outbox_beside_the_store(tmp_path, closed_port_url) -> None:
     index = disk_index(tmp_path)
     llm = openai_like_llm(model="qwen-test", api_base=closed_port_url, api_key="k", max_retries=0)

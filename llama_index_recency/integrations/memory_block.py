@@ -151,6 +151,10 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
             self.policy = index_policy(self.index)
         if self.outbox_path is None:
             self.outbox_path = outbox_path(self.index)
+            if self.outbox_path is None and self.llm is not None:
+                logger.warning("%s: this store (not a local Qdrant Edge store) keeps no outbox, so "
+                               "conversations waiting for the writer are lost if the process "
+                               "dies; set outbox_path= to keep them on disk", self.name)
         self._outbox = Outbox.at(self.outbox_path)
         orphans = self._outbox.claim_orphans() if self.llm is not None else []
         if orphans:  # a past process's conversations: retried in the background
