@@ -174,6 +174,8 @@ OTHER = str(uuid.uuid4())
 BAD_LINES = {
     "not JSON": ("{not json", "not valid JSON: Expecting property name enclosed in double quotes "
                               "at column 2"),
+    "cut off": ('{"text": "The user likes', "not valid JSON: Unterminated string starting at "
+                                             "column 10"),
     "a list": ("[1, 2]", "expected a JSON object, got a list"),
     "no text": (json.dumps({"date": "2026-09-01"}), '"text" must be a string, got nothing'),
     "numeric date": (json.dumps({**GOOD, "date": 20260901}),

@@ -44,8 +44,9 @@ def _read_json(path: Path, what: str) -> Any:
     try:
         return json.loads(_read_text(path, what))
     except json.JSONDecodeError as error:
-        raise CommandError(f"{what} {path} is not valid JSON: {error.msg} at line "
-                           f"{error.lineno} column {error.colno}") from None
+        reason = error.msg.removesuffix(" at")  # "Unterminated string starting at"
+        raise CommandError(f"{what} {path} is not valid JSON: {reason} at line {error.lineno} "
+                           f"column {error.colno}") from None
 
 
 def file_memories(path: Path, user_name: str | None, user_id: str | None,

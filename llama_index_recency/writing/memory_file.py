@@ -192,7 +192,8 @@ def _node(path: Path, number: int, raw: str) -> tuple[TextNode, Optional[dict[st
     try:
         item = json.loads(raw)
     except json.JSONDecodeError as error:
-        raise bad(f"not valid JSON: {error.msg} at column {error.colno}") from None
+        reason = error.msg.removesuffix(" at")  # "Unterminated string starting at"
+        raise bad(f"not valid JSON: {reason} at column {error.colno}") from None
     if not isinstance(item, dict):
         raise bad(f"expected a JSON object, got {_kind(item)}")
     unknown = sorted(set(item) - set(FIELDS))
