@@ -535,23 +535,79 @@ async def test_a_users_answer_reaches_the_writer_with_the_question_it_answers(
 
 
 @pytest.mark.slow
-async def test_a_new_conversation_under_an_old_session_id_is_written_anew(
+async def test_an_answer_reaches_the_writer_with_the_question_a_flush_took_out(
         openai_server, extraction_server) -> None:
-    """One block serves a user's conversations, each a new ``Memory`` under the same session
-    id: what the user says again in the next one (after the first was forgotten, say) goes to
-    the writer again; within one conversation a turn still goes once."""
-    extraction_server.reply = NOTHING
-    openai_server.reply = "Noted."
-    block = RecencyMemoryBlock(index=tea_index(), llm=extraction_llm(extraction_server))
-    mimi = agent(openai_server)
-    for _ in range(2):
-        memory = Memory.from_defaults(session_id="taro", memory_blocks=[block])
-        for said in ("I live in Kyoto.", "I like jazz."):
+    """Memory flushes the exchange that ended with the question when the answer comes: the
+    question is shown again before "Yes" all the same, in the background and at the end."""
+    question = ("Before we go on: are you allergic to nuts, or to any other food I should "
+                "note in your records?")
+    for background in (True, False):
+        extraction_server.requests.clear()
+        extraction_server.reply = NOTHING
+        openai_server.replies = [question, "Noted, I'll remember."]
+        block = RecencyMemoryBlock(index=tea_index(), llm=extraction_llm(extraction_server),
+                                   background=background)
+        memory = Memory.from_defaults(session_id="nuts", token_limit=60,
+                                      chat_history_token_ratio=0.5, token_flush_size=10,
+                                      memory_blocks=[block])
+        mimi = agent(openai_server)
+        for said in ("Quick health check.", "Yes"):
             await mimi.run(said, memory=memory)
         await block.aremember_session(memory)
-        assert await block.aremember_session(memory) == []
-    for said in ("I live in Kyoto.", "I like jazz."):
-        assert conversation_requests(extraction_server, said) == 2
+        assert await memory.aget_all(status=MessageStatus.ARCHIVED)  # the question was flushed
+        (answered,) = [request for request in sent_turns(extraction_server)
+                       if ("user", "Yes") in request]
+        assert answered[:2] == [("assistant", question), ("user", "Yes")]
+
+
+@pytest.mark.slow
+async def test_an_agent_calling_a_tool_sends_each_turn_once(openai_server,
+                                                            extraction_server) -> None:
+    """An agent run that calls a tool reads the memory again with the same user message: no
+    turn goes to the writer twice for it."""
+    from llama_index.core.tools import FunctionTool
+
+    def get_weather(city: str) -> str:
+        """Weather of a city."""
+        return "sunny"
+
+    extraction_server.reply = NOTHING
+    openai_server.replies = ["Hi Taro!", ToolCall("get_weather", {"city": "Kyoto"}),
+                             "It's sunny in Kyoto.", "Enjoy!"]
+    block = RecencyMemoryBlock(index=tea_index(), llm=extraction_llm(extraction_server))
+    memory = Memory.from_defaults(session_id="tool", memory_blocks=[block])
+    llm = openai_like_llm(model="qwen-test", api_base=openai_server.base_url, api_key="k",
+                          max_retries=0)
+    mimi = FunctionAgent(tools=[FunctionTool.from_defaults(get_weather)], llm=llm,
+                         system_prompt="You are Mimi.")
+    said = ("Hello, I'm Taro and I like green tea.", "What's the weather in Kyoto?",
+            "Thanks, I'm going hiking.")
+    for text in said:
+        await mimi.run(text, memory=memory)
+    await block.aremember_session(memory)
+    sent = [turn for request in sent_turns(extraction_server) for turn in request]
+    assert Counter(text for role, text in sent if role == "user") == Counter(said)
+    assert {text for role, text in sent if role == "assistant"} == {
+        "Hi Taro!", "It's sunny in Kyoto.", "Enjoy!"}
+
+
+@pytest.mark.slow
+async def test_an_app_keeping_a_window_of_the_history_sends_each_turn_once(
+        openai_server, extraction_server) -> None:
+    """The app trims the history itself (``Memory.aset``, no flush): the turns it keeps were
+    sent already and are not sent again."""
+    extraction_server.reply = NOTHING
+    openai_server.replies = [f"Reply {n}." for n in range(1, 6)]
+    block = RecencyMemoryBlock(index=tea_index(), llm=extraction_llm(extraction_server))
+    memory = Memory.from_defaults(session_id="window", memory_blocks=[block])
+    mimi = agent(openai_server)
+    said = ("I like green tea.", "I live in Kyoto.", "My sister is Hanako.", "I play the piano.")
+    for text in said:
+        await mimi.run(text, memory=memory)
+        await memory.aset((await memory.aget_all())[-4:])
+    await block.aremember_session(memory)
+    sent = [turn for request in sent_turns(extraction_server) for turn in request]
+    assert Counter(text for role, text in sent if role == "user") == Counter(said)
 
 
 def conversation_requests(server: OpenAIServer, text: str) -> int:

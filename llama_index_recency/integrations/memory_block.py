@@ -70,7 +70,9 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
     allergic to nuts?" before "Yes") to a worker thread that extracts facts and stores them
     under ``user_id``, dated as the block reads (the policy's reference date if set, else today),
     so the turn never waits for the LLM. Each turn is sent once: a ``Memory`` flush and
-    :meth:`remember_session` (at session end) send only what was not sent yet. Every
+    :meth:`remember_session` (at session end) send only what was not sent yet. A session id
+    names one conversation: give each its own (a new ``Memory`` under an old id is taken for
+    the same conversation, and what its user says again is not sent again). Every
     conversation waits in the outbox (:attr:`outbox_path`) until it is stored; a failed
     write (LLM or store down) is kept there for :meth:`wait_for_writes` and for the next
     block opened over the store, while an answer that gives no valid fact is dropped. The
@@ -227,7 +229,6 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
         """Hand the session's unsent turns before its latest user message (whose reply may
         still be to come) to the background writer, then hold the rest in the outbox."""
         turns = chat_turns(messages)
-        self._session(session_id, turns)
         start = 0
         if self.background:
             start = max((i for i, turn in enumerate(turns) if turn.role == "user"), default=0)
@@ -245,8 +246,8 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
         it is at worst extracted twice, never lost."""
         with self._lock:
             session = self._sessions.setdefault(session_id, SessionTurns())
-            pending = ([(key, turn) for key, turn in session.held_turns if key not in session.sent]
-                       if turns is None else session.unsent(turns, start))
+            pending = (session.unsent_of(session.held_turns) if turns is None
+                       else session.unsent(turns, start))
             old, session.held_turns = session.held, pending
             if old is not None and old.turns == tuple(turn for _, turn in pending):
                 return
@@ -289,7 +290,6 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
             return []
         self.wait_for_writes()
         turns = chat_turns(memory.get_all(status=MessageStatus.ACTIVE))
-        self._session(memory.session_id, turns)
         said = self._take(memory.session_id, turns)
         return [] if said is None else self._write_now(said, memory.session_id)
 
@@ -299,7 +299,6 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
             return []
         await self.await_writes()
         turns = chat_turns(await memory.aget_all(status=MessageStatus.ACTIVE))
-        await in_thread(self._session)(memory.session_id, turns)
         said = self._take(memory.session_id, turns)
         return [] if said is None else await in_thread(self._write_now)(said,
                                                                 memory.session_id)
@@ -319,21 +318,6 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
         """Async :meth:`wait_for_writes`, run in a worker thread."""
         return await in_thread(self.wait_for_writes)()
 
-    def _session(self, session_id: Optional[str], turns: Sequence[Turn]) -> None:
-        """Note ``turns`` as the session's history now. One that does not go on from the
-        history last shown is a new conversation under the same id (a new ``Memory``, say
-        after a forget of the user): it starts a new record, so what its user says again is
-        written again, and the turns the old one still held go to the writer."""
-        with self._lock:
-            session = self._sessions.setdefault(session_id, SessionTurns())
-            keyed = session.keyed(turns)
-            if not session.continued_by(keyed):
-                if session.held is not None:
-                    self._submit(session.held)
-                session = self._sessions[session_id] = SessionTurns()
-                keyed = session.keyed(turns)
-            session.shown = [key for key, _ in keyed]
-
     def _take(self, session_id: Optional[str], turns: Sequence[Turn], *,
               leaving: bool = False) -> Optional[Conversation]:
         """The session's ``turns`` not sent yet, marked sent, as a conversation if one of them
@@ -342,12 +326,10 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
         with self._lock:
             session = self._sessions.setdefault(session_id, SessionTurns())
             new = session.unsent(turns)
-            if leaving or any(turn.role == "user" for _, turn in new):
-                session.sent.update(key for key, _ in new)
             if leaving:
-                gone = {key for key, _ in session.keyed(turns)}
-                session.shown = [key for key in session.shown if key not in gone]
-                session.flushed.update((turn.role, turn.text) for turn in turns)
+                session.flush(turns)
+            elif any(turn.role == "user" for _, turn in new):
+                session.sent.update(key for key, _ in new)
         if not any(turn.role == "user" for _, turn in new):
             return None
         return Conversation(turns=tuple(turn for _, turn in new), day=self._today(),

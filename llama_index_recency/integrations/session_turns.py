@@ -21,8 +21,10 @@ class SessionTurns:
     A turn is known by a hash of its role, text and occurrence in the session (a user who
     says "yes" twice said two turns); occurrences count on from the turns a flush took out
     of the history the block is shown. Each is kept with when the block first saw it, which
-    a forget of the user is compared with. The keys of the history last shown tell a new
-    conversation under the same session id (a new ``Memory``) from the same one going on.
+    a forget of the user is compared with.
+
+    A session id names one conversation: a new ``Memory`` under an old id is taken for the
+    same conversation, so what its user says again is not sent again.
     """
 
     def __init__(self) -> None:
@@ -31,12 +33,7 @@ class SessionTurns:
         self.flushed: Counter[tuple[str, str]] = Counter()
         self.held: Optional[Conversation] = None  # the outbox entry of the turns not sent yet
         self.held_turns: list[tuple[bytes, Turn]] = []
-        self.shown: list[bytes] = []  # the history last shown, less the turns flushed since
-
-    def continued_by(self, keyed: Sequence[tuple[bytes, Turn]]) -> bool:
-        """Whether a history keyed so goes on from the one last shown: ``Memory`` adds turns
-        at its end and flushes some off its front, nothing else."""
-        return [key for key, _ in keyed[:len(self.shown)]] == self.shown
+        self.flushed_last: Optional[tuple[bytes, Turn]] = None  # the turn a flush took last
 
     def keyed(self, turns: Sequence[Turn]) -> list[tuple[bytes, Turn]]:
         """``turns`` (the history after the flushed turns, in order), keyed."""
@@ -65,9 +62,23 @@ class SessionTurns:
         keyed = self.keyed(turns)
         first = next((i for i in range(start, len(keyed)) if keyed[i][0] not in self.sent),
                      len(keyed))
-        asked = keyed[first - 1:first] if first and keyed[first - 1][1].role == "assistant" \
-            and keyed[first - 1][0] in self.sent else []
+        before = keyed[first - 1] if first else self.flushed_last  # flushed: out of the history
+        asked = [before] if before is not None and before[1].role == "assistant" \
+            and before[0] in self.sent else []
         return asked + [(key, turn) for key, turn in keyed[first:] if key not in self.sent]
+
+    def unsent_of(self, keyed: Sequence[tuple[bytes, Turn]]) -> list[tuple[bytes, Turn]]:
+        """``keyed`` (as :meth:`unsent` gave them) less the turns sent since, an assistant turn
+        leading them kept: the question the next one answers."""
+        return [(key, turn) for position, (key, turn) in enumerate(keyed)
+                if key not in self.sent or (position == 0 and turn.role == "assistant")]
+
+    def flush(self, turns: Sequence[Turn]) -> None:
+        """Count ``turns`` (the front of the history) as gone from it, all sent."""
+        keyed = self.keyed(turns)
+        self.sent.update(key for key, _ in keyed)
+        self.flushed_last = keyed[-1] if keyed else self.flushed_last
+        self.flushed.update((turn.role, turn.text) for turn in turns)
 
 
 def chat_turns(messages: List[ChatMessage]) -> list[Turn]:
