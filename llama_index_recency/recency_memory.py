@@ -417,8 +417,10 @@ class RecencyMemory:
                                    "llm": self.llm, "min_fit_memories": self.min_fit_memories}
         return RecencyMemoryBlock(**{**options, **kwargs})
 
-    def chat_engine(self, *, llm: Optional[LLM] = None, **kwargs: Any) -> RecencyChatEngine:
-        """A chat engine answering from this user's memories, one LLM call per message.
+    def chat_engine(self, *, llm: Optional[LLM] = None, user_id: Optional[str] = None,
+                    **kwargs: Any) -> RecencyChatEngine:
+        """A chat engine answering from ``user_id``'s memories (default this object's user),
+        one LLM call per message.
 
         ``kwargs`` go to :meth:`RecencyChatEngine.from_defaults` (``system_prompt``,
         ``today``; default today: the policy's reference date, else the current date).
@@ -428,8 +430,8 @@ class RecencyMemory:
         """
         reference = self.policy.reference_date
         kwargs.setdefault("today", None if callable(reference) else reference)
-        return RecencyChatEngine.from_defaults(retriever=self.retriever(), llm=self._llm(llm),
-                                               **kwargs)
+        return RecencyChatEngine.from_defaults(retriever=self.retriever(user_id=user_id),
+                                               llm=self._llm(llm), **kwargs)
 
     # --- fitting ----------------------------------------------------------------------
 

@@ -268,6 +268,18 @@ def test_list_json_works_in_a_pipe(chain_store: str) -> None:
     assert result.stdout == b"[\n"  # the document's first line
 
 
+@pytest.mark.slow
+def test_a_rich_table_read_by_head_ends_quietly() -> None:
+    """`demo` prints rich tables: a reader that stops early is no failure there either (rich
+    alone would exit with 1)."""
+    command = f"{sys.executable} -m llama_index_recency demo --no-llm | head -1"
+    result = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True,
+                            env={**os.environ, "COLUMNS": "40", "RECENCY_LLM_BASE_URL": "",
+                                 "HF_HUB_OFFLINE": "1"}, timeout=300)
+    assert result.returncode == 0 and result.stderr == b"", result.stderr
+    assert len(result.stdout.splitlines()) == 1
+
+
 def test_history_lists_every_version_oldest_first(chain_store: str, capsys) -> None:
     taro = [node_id(fact, "taro") for fact in FACTS]
     assert main(["history", taro[1], "--store", chain_store, "--user", "taro"]) == 0

@@ -433,6 +433,14 @@ BAD_QUESTION_FILES = {
     "targets a string": ({"questions": [{"id": "H1", "text": "Tea?", "targets": "tea"}]},
                          ', question H1: "targets" must be a list of memory keys or ids ([] for a '
                          'hit-free question), got "tea"'),
+    # A misspelled kind or field would drop the question from its criterion, saying nothing.
+    "misspelled kind": ({"questions": [{"id": "C1", "kind": "contradictoin", "text": "Tea?",
+                                        "targets": ["tea"]}]},
+                        ', question C1: "kind" must be one of hit, contradiction, hit_free, '
+                        'got "contradictoin"'),
+    "unknown field": ({"questions": [{"id": "H1", "text": "Tea?", "targets": [], "kinds": "hit"}]},
+                      ', question H1: unknown field "kinds" (the fields are id, kind, text, '
+                      "targets)"),
 }
 
 

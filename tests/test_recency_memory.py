@@ -350,3 +350,17 @@ def test_a_user_id_naming_no_user_is_refused_in_nodes_and_forget_filters_too(sha
     assert shared.index.vector_store.metadata == before
     shared.index.insert_nodes([blank])  # LlamaIndex's own write checks no owner
     assert [n.node_id for n in shared.history(blank.node_id)] == [blank.node_id]
+
+
+def test_an_unbound_objects_chat_engine_answers_from_the_user_it_is_made_for(shared) -> None:
+    """One object serving every user: the chat engine made for Alice reads Alice's memories
+    only (it ignored ``user_id`` and read everyone's)."""
+    shared.add("The user drinks coffee black.", date="2026-09-01", user_id="alice")
+    shared.add("The user drinks green tea.", date="2026-09-02", user_id="bob")
+    llm = openai_like_llm(model="m", api_base="http://127.0.0.1:9/v1", api_key="k")
+    engine = shared.chat_engine(llm=llm, user_id="alice")
+    found = engine._retriever.retrieve("What do I drink?")
+    assert found and {n.node.metadata["user_id"] for n in found} == {"alice"}
+    bound = RecencyMemory(index=shared.index, user_id="bob")
+    with pytest.raises(RecencyError, match="bound to user 'bob', not 'alice'"):
+        bound.chat_engine(llm=llm, user_id="alice")

@@ -41,7 +41,7 @@ from rich.console import Console
 from rich.text import Text
 
 from llama_index_recency.cli.parser import build_parser, checked_argv
-from llama_index_recency.cli.rendering import literal, stdout_console
+from llama_index_recency.cli.rendering import literal, reader_gone, stdout_console
 from llama_index_recency.cli.session import DEBUG_ENV, Session, describe
 
 
@@ -63,6 +63,9 @@ def main(argv: Sequence[str] | None = None, *, embed_model: BaseEmbedding | None
     except KeyboardInterrupt:
         session.errors.print(Text("interrupted", style="red"))
         return 130
+    except BrokenPipeError:  # the reader stopped early (| head): the output ends there
+        reader_gone()
+        return 0
     except Exception as error:
         if os.environ.get(DEBUG_ENV):
             raise

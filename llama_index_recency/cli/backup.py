@@ -7,13 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from llama_index.core.schema import BaseNode
 
-from llama_index_recency.cli.rendering import literal, memory_table, summary
+from llama_index_recency.cli.rendering import literal, memory_table, reader_gone, summary
 from llama_index_recency.cli.session import CommandError, Location, Session, default_store_path
 from llama_index_recency.errors import MemoryNotFoundError
 from llama_index_recency.records.nodes import USER_ID_KEY
@@ -180,6 +179,4 @@ def write_raw(session: Session, lines: Iterable[str]) -> None:
             out.write(line + "\n")
         out.flush()
     except BrokenPipeError:
-        # Python would report the same error again when it flushes stdout at exit.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        reader_gone()

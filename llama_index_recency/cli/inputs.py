@@ -7,13 +7,13 @@ import json
 from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, cast, get_args
 
 from llama_index.core.schema import TextNode
 
 from llama_index_recency.cli.session import CommandError
 from llama_index_recency.fitting.calibration import DEFAULT_KEY, RetrievedCandidates
-from llama_index_recency.records.examples import ExampleQuestion
+from llama_index_recency.records.examples import ExampleQuestion, QuestionKind
 from llama_index_recency.records.nodes import FutureMemoryDateError, control_character, memory_node
 from llama_index_recency.storage import MemoryStore
 from llama_index_recency.writing.backup import link_problem
@@ -211,6 +211,10 @@ def select(
     return [q for q in questions if q.id in ids]
 
 
+QUESTION_FIELDS = ("id", "kind", "text", "targets")
+"""A questions file's fields per question; another is refused (a typo would drop it)."""
+
+
 def load_questions(path: Path) -> list[ExampleQuestion]:
     """Labelled questions from JSON: ``{"questions": [{"id", "text", "targets"}]}``, all
     checked before any model loads, each problem naming the file and the question.
@@ -242,8 +246,14 @@ def _question(item: Any, path: Path, number: int) -> ExampleQuestion:
     if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
         raise CommandError(f'{where}: "targets" must be a list of memory keys or ids ([] for a '
                            f"hit-free question), got {_given(item, 'targets')}")
-    return ExampleQuestion(item["id"], item.get("kind") or ("hit" if targets else "hit_free"),
-                           item["text"], tuple(targets))
+    if unknown := [name for name in item if name not in QUESTION_FIELDS]:
+        raise CommandError(f"{where}: unknown field {json.dumps(unknown[0], ensure_ascii=False)} "
+                           f"(the fields are {', '.join(QUESTION_FIELDS)})")
+    kind = item.get("kind") or ("hit" if targets else "hit_free")
+    if kind not in get_args(QuestionKind):  # a misspelled one would leave its criterion
+        raise CommandError(f'{where}: "kind" must be one of {", ".join(get_args(QuestionKind))}, '
+                           f"got {_given(item, 'kind')}")
+    return ExampleQuestion(item["id"], cast(QuestionKind, kind), item["text"], tuple(targets))
 
 
 def _given(item: dict[str, Any], name: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,10 +40,20 @@ def stdout_console() -> Console:
     """The console for stdout: on a terminal or in Jupyter, or with ``COLUMNS`` set, as wide as
     rich makes it; otherwise (a pipe, a file) :data:`UNWRAPPED_WIDTH` wide. Rich would take a
     terminal's width from stdin or stderr, or 80 columns, and fold a table's text to fit."""
-    console = Console()
+    console = _Stdout()
     if console.is_terminal or console.is_jupyter or os.environ.get("COLUMNS", "").isdigit():
         return console
-    return Console(width=UNWRAPPED_WIDTH)
+    return _Stdout(width=UNWRAPPED_WIDTH)
+
+
+class _Stdout(Console):
+    """Rich's console, but a reader that stops early (``| head``) is no failure: the broken
+    pipe goes to :func:`~llama_index_recency.cli.main`, which ends quietly with 0, where
+    rich would exit with 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
 
 
 def wraps(console: Console) -> bool:
@@ -267,3 +278,10 @@ def ask_document(question: str, user: str | None, today: str, policy: RecencyPol
         "reply": reply,
         "reply_without_memory": without,
     }
+
+
+def reader_gone() -> None:
+    """Stdout's reader stopped early (``| head``): point stdout at /dev/null, since Python
+    would report the same broken pipe again when it flushes stdout at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())

@@ -144,7 +144,8 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
     ) -> RecencyRanking:
         """Score every candidate and say which are kept and why (raw, age, bonus, final),
         with the bonus the question's intent calls for and newer versions placed first (none
-        kept for a question about the news).
+        kept for a question about the news). Without ``query_bundle`` the policy ranks as it
+        stands: no intent, words or language's gate, so pass the question a query engine gives.
 
         Raises:
             InvalidInputError: With ``relevance='cohort'``, no ``query_bundle`` to scale by;
