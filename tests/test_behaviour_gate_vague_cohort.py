@@ -73,6 +73,9 @@ def test_the_gate_summary_says_the_fit_and_how_the_current_threshold_fares() -> 
         "gate: threshold 8.5 lets at most 5.0% of a language's off-topic questions in "
         "(40 asked, at most 5%); the current 7 lets 10.0% in, headroom -1")
     assert fit.summary(8.5).endswith("the current 8.5 lets 5.0% in, headroom +0.5")
+    # A policy: each language's questions against the threshold that ranks them.
+    split = RecencyPolicy(threshold=8.5, language_thresholds={"en": 8.5, "ja": 2.0})
+    assert fit.summary(split).endswith("the current en 8.5 lets 5.0%, ja 2 lets 10.0% in")
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +100,14 @@ def test_check_gate_warns_in_one_line_when_the_threshold_lets_too_many_in(one_me
                       margin=noise_margin(policy)).threshold
     assert check_gate(index, low) == (
         f"the relevance gate no longer holds: threshold {best - 0.01:.3g} lets 100.0% of "
-        "off-topic questions bring a memory (at most 5%); rerun calibrate --save "
+        "off-topic questions in en bring a memory (at most 5%); rerun calibrate --save "
+        f"(it fits {fitted:.3g})")
+    # Each language's questions meet their own threshold: a low one for Japanese alone fails.
+    ja_low = policy.model_copy(update={"threshold": best + 0.01, "language_thresholds": {
+        "en": best + 0.01, "ja": best - 0.01}})
+    assert check_gate(index, ja_low) == (
+        f"the relevance gate no longer holds: threshold {best - 0.01:.3g} lets 100.0% of "
+        "off-topic questions in ja bring a memory (at most 5%); rerun calibrate --save "
         f"(it fits {fitted:.3g})")
     assert check_gate(index, policy.model_copy(update={"threshold": best + 0.01})) is None
 

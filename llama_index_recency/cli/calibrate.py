@@ -128,7 +128,7 @@ def _calibrate_gate(args: argparse.Namespace, session: Session) -> int:
                 raise CommandError(f"cannot fit the gate on {location}{whose}: {error}",
                                    1) from None
         session.console.print(literal(f"current gate: {base.gate_description()}"))
-        session.console.print(literal(fit.summary(base.threshold)))
+        session.console.print(literal(fit.summary(base)))
         if args.save:
             adopted = fit.policy(base)
             save_policy(index, adopted)

@@ -96,12 +96,15 @@ class GateFit:
     def lets_too_many_in(self, policy: RecencyPolicy) -> bool:
         """Whether ``policy`` (each language's bank met by that language's threshold) lets
         more than ``max_bring_up`` of a language's bank in: its headroom is not above zero."""
-        for lang, best in self.best.items():
-            chosen = policy.threshold_language(lang)
-            threshold = policy.threshold if chosen is None else policy.language_thresholds[chosen]
-            if threshold - best[math.floor(self.max_bring_up * len(best))] <= 0:
-                return True
-        return False
+        return any(_met_by(policy, lang) - best[math.floor(self.max_bring_up * len(best))] <= 0
+                   for lang, best in self.best.items())
+
+    def let_in(self, policy: RecencyPolicy) -> dict[str, tuple[float, float]]:
+        """Per language, the threshold ``policy`` meets that language's questions with and the
+        share of its bank let in there."""
+        return {lang: (threshold := _met_by(policy, lang),
+                       sum(score >= threshold for score in best) / len(best))
+                for lang, best in self.best.items()}
 
     def policy(self, base: RecencyPolicy, origin: str = "explicit") -> RecencyPolicy:
         """``base`` with these thresholds (per language, and their max for the rest) and
@@ -110,15 +113,25 @@ class GateFit:
                                        "language_thresholds": dict(self.thresholds),
                                        "threshold_origin": origin})
 
-    def summary(self, current: float) -> str:
-        """One line: the fitted threshold and how the current one fares."""
+    def summary(self, current: float | RecencyPolicy) -> str:
+        """One line: the fitted threshold and how the current one fares (a policy: each
+        language's threshold on that language's questions, as it ranks them)."""
         questions = sum(len(best) for best in self.best.values())
-        return (
-            f"gate: threshold {self.threshold:.3g} lets at most {self.bring_up(self.threshold):.1%} "
-            f"of a language's off-topic questions in ({questions} asked, at most "
-            f"{self.max_bring_up:.0%}); the current {current:.3g} lets {self.bring_up(current):.1%} "
-            f"in, headroom {self.headroom(current):+.3g}"
-        )
+        fitted = (f"gate: threshold {self.threshold:.3g} lets at most "
+                  f"{self.bring_up(self.threshold):.1%} of a language's off-topic questions in "
+                  f"({questions} asked, at most {self.max_bring_up:.0%})")
+        if isinstance(current, RecencyPolicy):
+            shares = ", ".join(f"{lang} {threshold:.3g} lets {share:.1%}"
+                               for lang, (threshold, share) in self.let_in(current).items())
+            return f"{fitted}; the current {shares} in"
+        return (f"{fitted}; the current {current:.3g} lets {self.bring_up(current):.1%} in, "
+                f"headroom {self.headroom(current):+.3g}")
+
+
+def _met_by(policy: RecencyPolicy, lang: str) -> float:
+    """The threshold ``policy`` meets a question in ``lang`` with."""
+    chosen = policy.threshold_language(lang)
+    return policy.threshold if chosen is None else policy.language_thresholds[chosen]
 
 
 def noise_margin(policy: RecencyPolicy) -> float:

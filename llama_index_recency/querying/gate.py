@@ -173,10 +173,13 @@ def check_gate(
     fit = calibrate_gate(index, policy, max_bring_up=max_bring_up, user_id=user_id)
     if not fit.lets_too_many_in(policy):
         return None
+    let_in = fit.let_in(policy)
+    lang = max(let_in, key=lambda code: let_in[code][1])  # the language it fails worst
+    threshold, share = let_in[lang]
     return (
-        f"the relevance gate no longer holds: threshold {policy.threshold:.3g} lets "
-        f"{fit.bring_up(policy.threshold):.1%} of off-topic questions bring a memory "
-        f"(at most {fit.max_bring_up:.0%}); rerun calibrate --save (it fits {fit.threshold:.3g})"
+        f"the relevance gate no longer holds: threshold {threshold:.3g} lets {share:.1%} of "
+        f"off-topic questions in {lang} bring a memory (at most {fit.max_bring_up:.0%}); rerun "
+        f"calibrate --save (it fits {fit.thresholds.get(lang, fit.threshold):.3g})"
     )
 
 
