@@ -280,6 +280,21 @@ def test_a_rich_table_read_by_head_ends_quietly() -> None:
     assert len(result.stdout.splitlines()) == 1
 
 
+@pytest.mark.slow
+def test_a_write_whose_output_nobody_reads_is_no_success(chain_store: str) -> None:
+    """`forget` shows what it will delete before deleting: when the reader is gone by then,
+    the run may have stopped before its write, so it does not exit 0."""
+    command = (f"{sys.executable} -m llama_index_recency forget --store {chain_store} "
+               "--user hanako --yes | true")
+    result = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True,
+                            env={**os.environ, "COLUMNS": "40", "HF_HUB_OFFLINE": "1"},
+                            timeout=300)
+    listed = subprocess.run([sys.executable, "-m", "llama_index_recency", "list", "--json",
+                             "--store", chain_store, "--user", "hanako"], capture_output=True,
+                            timeout=300)
+    assert result.returncode != 0 or json.loads(listed.stdout) == []
+
+
 def test_history_lists_every_version_oldest_first(chain_store: str, capsys) -> None:
     taro = [node_id(fact, "taro") for fact in FACTS]
     assert main(["history", taro[1], "--store", chain_store, "--user", "taro"]) == 0

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import date
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from llama_index.core import MockEmbedding
@@ -608,6 +609,58 @@ async def test_an_app_keeping_a_window_of_the_history_sends_each_turn_once(
     await block.aremember_session(memory)
     sent = [turn for request in sent_turns(extraction_server) for turn in request]
     assert Counter(text for role, text in sent if role == "user") == Counter(said)
+
+
+def said_in(session_id: Optional[str], *turns: tuple[str, str]) -> list[ChatMessage]:
+    """``turns`` as Memory hands them to a block (a flush marks each with its session id)."""
+    extra = {} if session_id is None else {"session_id": session_id}
+    return [ChatMessage(role=role, content=text, additional_kwargs=dict(extra))
+            for role, text in turns]
+
+
+ASKED = [("user", "Quick health check."), ("assistant", "Are you allergic to nuts?"),
+         ("user", "Yes"), ("assistant", "Noted. Do you have any pets?"), ("user", "No")]
+
+
+async def test_the_held_exchange_keeps_the_question_just_before_it_across_flushes(
+        tmp_path, extraction_server) -> None:
+    """Flushes take the older exchanges out of the history (writing as they go): the turns
+    held in the outbox keep the question right before them, "Do you have any pets?" before
+    "No", not an older one."""
+    extraction_server.reply = NOTHING
+    block = RecencyMemoryBlock(index=disk_index(tmp_path), llm=extraction_llm(extraction_server),
+                               background=False)
+    await block.aget(said_in(None, *ASKED[:3]), session_id="s")
+    await block.aput(said_in("s", *ASKED[:2]))  # Memory's flushes, as the history grows
+    await block.aget(said_in(None, *ASKED[2:]), session_id="s")
+    await block.aput(said_in("s", *ASKED[2:4]))
+    assert block.outbox_path is not None
+    (held,) = [json.loads(line)["turns"] for line in block.outbox_path.read_text().splitlines()]
+    assert [(turn["role"], turn["text"]) for turn in held] == ASKED[3:]
+
+
+async def test_a_history_cleared_before_the_session_ends_loses_no_turn_and_no_stale_question(
+        extraction_server) -> None:
+    """``Memory.reset`` ("new chat", same session id) between turns: what the old history still
+    held goes to the writer, and the new history's first turn gets no question from before."""
+    for background in (True, False):
+        extraction_server.requests.clear()
+        extraction_server.reply = NOTHING
+        block = RecencyMemoryBlock(index=tea_index(), llm=extraction_llm(extraction_server),
+                                   background=background)
+        await block.aget(said_in(None, *ASKED[:3]), session_id="s")
+        await block.aput(said_in("s", *ASKED[:2]))
+        await block.aget(said_in(None, *ASKED[2:]), session_id="s")
+        fresh = [("user", "What's the weather?"), ("assistant", "Sunny.")]
+        await block.aget(said_in(None, fresh[0]), session_id="s")  # after the reset
+        memory = Memory.from_defaults(session_id="s", memory_blocks=[block])
+        await memory.aput_messages(said_in(None, *fresh))
+        await block.aremember_session(memory)
+        sent = sent_turns(extraction_server)
+        assert sorted(text for request in sent for role, text in request if role == "user") == [
+            "No", "Quick health check.", "What's the weather?", "Yes"], background
+        assert [request for request in sent if ("user", "What's the weather?") in request] == [
+            [("user", "What's the weather?"), ("assistant", "Sunny.")]]
 
 
 def conversation_requests(server: OpenAIServer, text: str) -> int:

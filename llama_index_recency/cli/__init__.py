@@ -57,6 +57,7 @@ def main(argv: Sequence[str] | None = None, *, embed_model: BaseEmbedding | None
     # qdrant-client's version check (in a thread) warns about a server that does not answer;
     # the error line names it already.
     warnings.filterwarnings("ignore", message="Failed to obtain server version")
+    args = None
     try:
         args = build_parser().parse_args(checked_argv(sys.argv[1:] if argv is None else argv))
         return int(args.run(args, session) or 0)
@@ -65,7 +66,9 @@ def main(argv: Sequence[str] | None = None, *, embed_model: BaseEmbedding | None
         return 130
     except BrokenPipeError:  # the reader stopped early (| head): the output ends there
         reader_gone()
-        return 0
+        # Only a command that shows what it read is done; one that writes may have stopped
+        # before its write.
+        return 0 if getattr(args, "shows_only", False) else 1
     except Exception as error:
         if os.environ.get(DEBUG_ENV):
             raise

@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     _chat_options(demo)
     demo.add_argument("--question-ids", type=_id_list, default=None, metavar="IDS",
                       help="only these questions, comma-separated (e.g. C1,H2)")
-    demo.set_defaults(run=run_demo)
+    demo.set_defaults(run=run_demo, shows_only=True)
 
     calibration = commands.add_parser(
         "calibrate",
@@ -195,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="reference date (default: today)")
     _json_option(ask, "one JSON object (the policy, the memories that enter the prompt with "
                  "their scores, every candidate, the replies) instead of tables")
-    ask.set_defaults(run=run_ask)
+    ask.set_defaults(run=run_ask, shows_only=True)
 
     remember_command = commands.add_parser(
         "remember",
@@ -254,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     _user_option(listing, "only this user's memories")
     _json_option(listing, "one JSON list of the memories (export's fields, newest first) "
                  "instead of a table")
-    listing.set_defaults(run=run_list)
+    listing.set_defaults(run=run_list, shows_only=True)
 
     history = commands.add_parser("history", help="every version of one memory's fact, oldest "
                                   "first (no model needed)")
@@ -263,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     _user_option(history, "only if the memory is this user's")
     _json_option(history, "one JSON list of the versions (list --json's fields, oldest first) "
                  "instead of a table")
-    history.set_defaults(run=run_history)
+    history.set_defaults(run=run_history, shows_only=True)
 
     exporting = commands.add_parser(
         "export", help="write the memories to a JSON Lines file (no model needed)",

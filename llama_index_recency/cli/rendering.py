@@ -47,9 +47,9 @@ def stdout_console() -> Console:
 
 
 class _Stdout(Console):
-    """Rich's console, but a reader that stops early (``| head``) is no failure: the broken
-    pipe goes to :func:`~llama_index_recency.cli.main`, which ends quietly with 0, where
-    rich would exit with 1."""
+    """Rich's console, but the broken pipe of a reader that stops early (``| head``) goes to
+    :func:`~llama_index_recency.cli.main`: a command that only shows what it read ends
+    quietly with 0 (rich would exit with 1), one that writes with 1."""
 
     def on_broken_pipe(self) -> None:
         self.quiet = True

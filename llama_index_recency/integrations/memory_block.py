@@ -248,7 +248,17 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
             session = self._sessions.setdefault(session_id, SessionTurns())
             pending = (session.unsent_of(session.held_turns) if turns is None
                        else session.unsent(turns, start))
-            old, session.held_turns = session.held, pending
+            old, old_turns = session.held, session.held_turns
+            # Held user turns gone from the history unsent: it was cleared (a reset, say). A
+            # text still in it is no sign: an agent calling a tool shows its message twice.
+            said = {(turn.role, turn.text) for turn in turns or ()}
+            if old is not None and turns is not None and any(
+                    key not in session.sent and (turn.role, turn.text) not in said
+                    for key, turn in old_turns if turn.role == "user"):
+                self._submit(old)
+                old = session.flushed_last = None  # nor is what a flush took before them
+                pending = session.unsent(turns or (), start)
+            session.held_turns = pending
             if old is not None and old.turns == tuple(turn for _, turn in pending):
                 return
             if any(turn.role == "user" for _, turn in pending):
@@ -329,7 +339,7 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
             if leaving:
                 session.flush(turns)
             elif any(turn.role == "user" for _, turn in new):
-                session.sent.update(key for key, _ in new)
+                session.sent_now(new)
         if not any(turn.role == "user" for _, turn in new):
             return None
         return Conversation(turns=tuple(turn for _, turn in new), day=self._today(),

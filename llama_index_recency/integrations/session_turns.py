@@ -58,20 +58,28 @@ class SessionTurns:
         """The not yet sent of ``turns[start:]`` (as :meth:`keyed` takes them), keyed, after
         the assistant turn sent just before the first of them: the question a user's turn
         may answer ("Are you allergic to nuts?" before "Yes"), which the writer is shown and
-        takes no fact from (facts come from user turns only)."""
-        keyed = self.keyed(turns)
+        takes no fact from (facts come from user turns only); before the history's first
+        turn, the turn a flush took last, while nothing was sent since."""
+        return self._after_question(self.keyed(turns), start, self.flushed_last)
+
+    def unsent_of(self, keyed: Sequence[tuple[bytes, Turn]]) -> list[tuple[bytes, Turn]]:
+        """Of ``keyed`` (as :meth:`unsent` gave them), the turns not sent since, after the
+        assistant turn just before the first of them."""
+        return self._after_question(keyed, 0, None)
+
+    def _after_question(self, keyed: Sequence[tuple[bytes, Turn]], start: int,
+                        before_all: Optional[tuple[bytes, Turn]]) -> list[tuple[bytes, Turn]]:
         first = next((i for i in range(start, len(keyed)) if keyed[i][0] not in self.sent),
                      len(keyed))
-        before = keyed[first - 1] if first else self.flushed_last  # flushed: out of the history
+        before = keyed[first - 1] if first else before_all
         asked = [before] if before is not None and before[1].role == "assistant" \
             and before[0] in self.sent else []
         return asked + [(key, turn) for key, turn in keyed[first:] if key not in self.sent]
 
-    def unsent_of(self, keyed: Sequence[tuple[bytes, Turn]]) -> list[tuple[bytes, Turn]]:
-        """``keyed`` (as :meth:`unsent` gave them) less the turns sent since, an assistant turn
-        leading them kept: the question the next one answers."""
-        return [(key, turn) for position, (key, turn) in enumerate(keyed)
-                if key not in self.sent or (position == 0 and turn.role == "assistant")]
+    def sent_now(self, keyed: Sequence[tuple[bytes, Turn]]) -> None:
+        """Mark ``keyed`` sent: the turn a flush took last is no question for a later one."""
+        self.sent.update(key for key, _ in keyed)
+        self.flushed_last = None
 
     def flush(self, turns: Sequence[Turn]) -> None:
         """Count ``turns`` (the front of the history) as gone from it, all sent."""
