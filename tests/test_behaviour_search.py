@@ -26,7 +26,7 @@ from llama_index_recency.errors import MemoryStoreDamagedError
 from llama_index_recency.querying.exact import ExactSearch
 from llama_index_recency.ranking.plan import MemorySearch, SearchPlan, exact_recency_search
 from llama_index_recency.ranking.policy import parse_memory_date
-from llama_index_recency.storage import QuestionScans, run_search
+from llama_index_recency.storage import QdrantEdgeVectorStore, QuestionScans, run_search
 from llama_index_recency.storage.edge_points import node_point
 
 from conftest import QUERY, KnownCosineEmbedding, cosines_for, drive_plan
@@ -319,15 +319,14 @@ NOTES_QUESTION = QueryBundle(QUERY, embedding=[1.0] + [0.0] * 39)
 def _written_before_the_first_read_by_id(monkeypatch, write) -> None:
     """Make another thread's ``write(store)`` land between a question's scan and its first
     read of nodes by id."""
-    store_class = type(open_memory_index(MockEmbedding(embed_dim=4)).vector_store)
-    original, done = store_class.nodes_by_point, []
+    original, done = QdrantEdgeVectorStore.nodes_by_point, []
 
     def read(store, points):
         if not done:
             done.append(write(store))
         return original(store, points)
 
-    monkeypatch.setattr(store_class, "nodes_by_point", read)
+    monkeypatch.setattr(QdrantEdgeVectorStore, "nodes_by_point", read)
 
 
 def test_a_memory_deleted_between_the_scan_and_the_read_leaves_no_search_short(

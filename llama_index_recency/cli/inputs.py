@@ -98,9 +98,7 @@ def _file_memory(item: Any, where: str, user_name: str | None, user_id: str | No
                  allow_future: bool) -> TextNode:
     if not isinstance(item, dict):
         raise CommandError(f"{where}: expected an object, got {_json_kind(item)}")
-    if unknown := [name for name in item if name not in ENTRY_FIELDS]:
-        raise CommandError(f"{where}: unknown field {json.dumps(unknown[0], ensure_ascii=False)} "
-                           f"(the fields are {', '.join(ENTRY_FIELDS)})")
+    _refuse_unknown(item, ENTRY_FIELDS, where)
     for name, example in (("fact", "The user likes tea."), ("date", "2026-09-01")):
         if name not in item:
             raise CommandError(f'{where}: no "{name}" (e.g. "{name}": "{example}")')
@@ -246,14 +244,19 @@ def _question(item: Any, path: Path, number: int) -> ExampleQuestion:
     if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
         raise CommandError(f'{where}: "targets" must be a list of memory keys or ids ([] for a '
                            f"hit-free question), got {_given(item, 'targets')}")
-    if unknown := [name for name in item if name not in QUESTION_FIELDS]:
-        raise CommandError(f"{where}: unknown field {json.dumps(unknown[0], ensure_ascii=False)} "
-                           f"(the fields are {', '.join(QUESTION_FIELDS)})")
+    _refuse_unknown(item, QUESTION_FIELDS, where)
     kind = item.get("kind") or ("hit" if targets else "hit_free")
     if kind not in get_args(QuestionKind):  # a misspelled one would leave its criterion
         raise CommandError(f'{where}: "kind" must be one of {", ".join(get_args(QuestionKind))}, '
                            f"got {_given(item, 'kind')}")
     return ExampleQuestion(item["id"], cast(QuestionKind, kind), item["text"], tuple(targets))
+
+
+def _refuse_unknown(item: dict[str, Any], fields: Sequence[str], where: str) -> None:
+    """Refuse a field of ``item`` not among ``fields``: left out, a typo would go unseen."""
+    if unknown := [name for name in item if name not in fields]:
+        raise CommandError(f"{where}: unknown field {json.dumps(unknown[0], ensure_ascii=False)} "
+                           f"(the fields are {', '.join(fields)})")
 
 
 def _given(item: dict[str, Any], name: str) -> str:

@@ -68,8 +68,8 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
     Writing (with an ``llm``): during the session, each turn hands the exchanges before the
     latest user message (after the assistant turn they answer, shown again: "Are you
     allergic to nuts?" before "Yes") to a worker thread that extracts facts and stores them
-    under ``user_id``, dated as the block reads (the policy's reference date if set, else today),
-    so the turn never waits for the LLM. Each turn is sent once: a ``Memory`` flush and
+    under ``user_id``, dated as the block reads (the policy's reference date if set, else
+    today), so the turn never waits for the LLM. Each turn is sent once: a ``Memory`` flush and
     :meth:`remember_session` (at session end) send only what was not sent yet. A session id
     names one conversation: give each its own (a new ``Memory`` under an old id is taken for
     the same conversation, and what its user says again is not sent again). Every
@@ -257,7 +257,7 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
                     for key, turn in old_turns if turn.role == "user"):
                 self._submit(old)
                 old = session.flushed_last = None  # nor is what a flush took before them
-                pending = session.unsent(turns or (), start)
+                pending = session.unsent(turns, start)
             session.held_turns = pending
             if old is not None and old.turns == tuple(turn for _, turn in pending):
                 return

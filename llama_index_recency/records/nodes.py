@@ -230,10 +230,10 @@ def memory_node(
 
     Raises:
         InvalidInputError: A fact that is not a string, is empty, has a control character,
-            no word or more than :data:`MAX_FACT_CHARS` characters; a ``user_name`` or ``user_id`` that is blank
-            or not one line; an unreadable date; ``date_key``, ``user_id`` or ``supersedes``
-            given twice (argument and ``metadata``); a link that is not a UUID or names the
-            memory itself.
+            no word or more than :data:`MAX_FACT_CHARS` characters; a ``user_name`` or
+            ``user_id`` that is blank or not one line; an unreadable date; ``date_key``,
+            ``user_id`` or ``supersedes`` given twice (argument and ``metadata``); a link that
+            is not a UUID or names the memory itself.
         FutureMemoryDateError: A date more than one day after ``reference_date``'s, without
             ``allow_future``.
     """

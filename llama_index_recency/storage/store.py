@@ -114,8 +114,9 @@ def open_memory_index(
     collection recorded with another raises :class:`EmbeddingMismatchError`.
 
     Raises:
-        InvalidInputError: ``collection_name`` is not a plain name; ``path`` is empty; ``path`` and ``url``
-            both given; the collection's shard directory holds something else.
+        InvalidInputError: ``collection_name`` is not a plain name; ``path`` is empty;
+            ``path`` and ``url`` both given; the collection's shard directory holds
+            something else.
         MemoryStorePathError: ``path`` is a file, not a directory.
         MemoryStoreLockedError: The embedded store is open in another process (or handle).
         MemoryStoreDamagedError: The Edge shard cannot be loaded (a file missing or
