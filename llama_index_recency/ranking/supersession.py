@@ -95,8 +95,7 @@ def newer_versions_first(
         return ranking
     window = sorted(nodes.values(), key=lambda c: (-(c.score or 0.0), c.node.node_id))
     window = window[: max(policy.supersede_window, len(ranking.rows))]
-    nearest = _with_links(_between_statements(_versions(window, policy.supersede_z), window),
-                          window, successors)
+    nearest = _with_links(_between_statements(window, policy.supersede_z), window, successors)
     if not nearest:
         return ranking
     partners = {nearest[row.node_id] for row in ranking.rows if row.node_id in nearest}
@@ -145,13 +144,15 @@ def _upper_triangle(size: int) -> tuple[np.ndarray, np.ndarray]:
     return np.triu_indices(size, 1)
 
 
-def _between_statements(nearest: dict[str, str],
-                         window: Sequence[NodeWithScore]) -> dict[str, str]:
-    """The pairs of ``nearest`` whose two memories each state one thing (the pairs are found
-    among all of the window's candidates, so the vectors' statistics stay the window's)."""
-    text = {c.node.node_id: c.node.get_content() for c in window}
-    return {memory: other for memory, other in nearest.items()
-            if _one_statement(text[memory]) and _one_statement(text[other])}
+def _between_statements(window: Sequence[NodeWithScore], z: float) -> dict[str, str]:
+    """The pairs of :func:`_versions` whose two memories each state one thing (found among all
+    of the window's candidates, so the vectors' statistics stay the window's); none compared
+    when fewer than two do, as in a store of conversation turns or document chunks."""
+    statements = {c.node.node_id for c in window if _one_statement(c.node.get_content())}
+    if len(statements) < 2:
+        return {}
+    return {memory: other for memory, other in _versions(window, z).items()
+            if memory in statements and other in statements}
 
 
 _cached_one_statement = lru_cache(maxsize=4096)(is_one_statement)
