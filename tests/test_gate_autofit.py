@@ -28,6 +28,7 @@ from llama_index_recency import (
 )
 from llama_index_recency.cli import main
 from llama_index_recency.models.cohort import cohort_texts
+from llama_index_recency.models.factories import CALIBRATED_POLICIES
 from llama_index_recency.querying import gate
 from llama_index_recency.querying.gate import fit_gate, refit_gate
 from llama_index_recency.ranking.language import nearest_language, question_language
@@ -120,7 +121,12 @@ def test_writes_fit_the_gate_at_the_fit_size_and_again_when_the_store_doubles(e5
         memory.add(facts(1, 3))
         fitted = memory.policy
         assert fitted.threshold_origin == fitted_on(4)
-        assert set(fitted.language_thresholds) == {"en", "ja"}  # the bank asks both, always
+        # English memories: the English bank is asked; Japanese keeps its shipped threshold.
+        record = gate_record(memory.index)
+        assert record is not None and set(record["thresholds"]) == {"en"}
+        assert fitted.language_thresholds == {
+            "ja": RecencyPolicy(**CALIBRATED_POLICIES[e5.model_name]).language_thresholds["ja"],
+            "en": record["thresholds"]["en"]}
         assert fitted.threshold == max(fitted.language_thresholds.values())
         memory.add(facts(3, 4))  # 7: not yet twice the last fit
         assert memory.policy.threshold_origin == fitted_on(4)
@@ -130,6 +136,19 @@ def test_writes_fit_the_gate_at_the_fit_size_and_again_when_the_store_doubles(e5
     with RecencyMemory(e5, path=tmp_path / "store") as again:
         assert again.policy.threshold_origin == fitted_on(8)
         assert again.search(QUESTION).threshold_origin == fitted_on(8)
+
+
+@pytest.mark.slow
+def test_the_fit_after_memories_in_a_new_language_fits_that_language_too(e5, tmp_path) -> None:
+    with RecencyMemory(e5, path=tmp_path / "store", min_fit_memories=4) as memory:
+        memory.add(facts(4))
+        assert set(gate_record(memory.index)["thresholds"]) == {"en"}
+        memory.add([("太郎は電車が好きだ。", "2026-09-05"), ("花子は毎朝コーヒーを飲む。", "2026-09-05"),
+                    ("週末は山に登った。", "2026-09-05"), ("新しい自転車を買った。", "2026-09-05")])
+        assert memory.policy.threshold_origin == fitted_on(8)
+        fitted = gate_record(memory.index)["thresholds"]
+        assert set(fitted) == {"en", "ja"}
+        assert memory.policy.language_thresholds["ja"] == fitted["ja"]
 
 
 @pytest.mark.slow

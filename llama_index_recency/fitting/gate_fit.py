@@ -107,10 +107,11 @@ class GateFit:
                 for lang, best in self.best.items()}
 
     def policy(self, base: RecencyPolicy, origin: str = "explicit") -> RecencyPolicy:
-        """``base`` with these thresholds (per language, and their max for the rest) and
-        ``origin``."""
-        return base.model_copy(update={"threshold": self.threshold,
-                                       "language_thresholds": dict(self.thresholds),
+        """``base`` with these thresholds (per language, and their max for the rest; a
+        language not fitted keeps ``base``'s) and ``origin``."""
+        thresholds = {**base.language_thresholds, **self.thresholds}
+        return base.model_copy(update={"threshold": max(thresholds.values()),
+                                       "language_thresholds": thresholds,
                                        "threshold_origin": origin})
 
     def summary(self, current: float | RecencyPolicy) -> str:

@@ -43,6 +43,7 @@ from llama_index_recency.fitting.gate_fit import (
 from llama_index_recency.models.cohort import cached_embeddings
 from llama_index_recency.querying.exact import ExactSearch
 from llama_index_recency.ranking.intent import question_intent
+from llama_index_recency.ranking.language import nearest_language
 from llama_index_recency.ranking.news import asks_about_the_news
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.vague import VAGUE_WINDOW_DAYS
@@ -63,9 +64,11 @@ from llama_index_recency.storage import (
     vector_store_of,
 )
 from llama_index_recency.storage.edge_files import metadata_revision
+from llama_index_recency.storage.terms import stored_languages
 
 logger = logging.getLogger(__name__)
 
+_EMPTY = "the store (or this user's part of it) is empty: there is no gate to fit"
 _OPEN = -1e9  # a threshold every memory passes: the search then returns the best one
 
 __all__ = [
@@ -193,34 +196,41 @@ def offtopic_best(
     filters: Optional[MetadataFilters] = None,
 ) -> dict[str, list[float]]:
     """Per language, each off-topic question's best final score on the store (default: the
-    shipped bank), ranked with ``policy`` by the exact search inside the scope, less the
-    threshold's rise for a question about the present.
+    shipped bank of each language its memories are written in: a language with none keeps
+    the threshold it had), ranked with ``policy`` by the exact search inside the scope, less
+    the threshold's rise for a question about the present.
 
     Raises:
         InvalidInputError: the store (or the scope's part of it) holds no memory.
         UnsupportedStoreError: ``store`` is neither Qdrant Edge nor Qdrant.
     """
+    scope = memory_scope(user_id=user_id, filters=filters)
     search = ExactSearch(
         store, embed_model,
         # Every memory passes and no newer version is moved first; a linked successor may
         # still be, so the best final score is taken over all nodes returned.
         policy.model_copy(update={"threshold": _OPEN, "top_n": 1, "supersede_margin": None}),
-        filters=memory_scope(user_id=user_id, filters=filters),
-        vague_window_days=VAGUE_WINDOW_DAYS,
+        filters=scope, vague_window_days=VAGUE_WINDOW_DAYS,
     )
-    banks = questions or {lang: offtopic_questions(lang) for lang in BANK_LANGUAGES}
+    if questions is None:
+        # A bank in a language no memory is written in scores far under that language's own
+        # stores: a threshold fitted there would let most of it in once such memories come.
+        written = {nearest_language(lang, BANK_LANGUAGES)
+                   for lang in stored_languages(vector_store_of(store), scope)}
+        if not written:
+            raise InvalidInputError(_EMPTY)
+        questions = {lang: offtopic_questions(lang) for lang in BANK_LANGUAGES
+                     if lang in written}
     identity = embedding_identity(vector_store_of(store)) or {}
     best: dict[str, list[float]] = {}
-    for lang, asked in banks.items():
+    for lang, asked in questions.items():
         texts = [text for text in asked if not asks_about_the_news(text)]  # they bring nothing
         vectors = cached_embeddings(embed_model, list(texts), query=True,
                                     dimensions=identity.get("dimensions"))
         for text, vector in zip(texts, vectors, strict=True):
             nodes = search.rank(QueryBundle(query_str=text, embedding=vector.tolist())).nodes
             if not nodes:
-                raise InvalidInputError(
-                    "the store (or this user's part of it) is empty: there is no "
-                    "gate to fit")
+                raise InvalidInputError(_EMPTY)
             # A question about the present meets a threshold raised by its larger bonus:
             # its score is recorded against the policy's own threshold.
             raised = policy.for_intent(question_intent(text)).threshold - policy.threshold

@@ -200,7 +200,8 @@ def index_policy(index: MemoryStore | Mapping[str, Any], *, user_id: Optional[st
         values = {**(shipped if same_units else {}), "language_thresholds": {}, **saved,
                   "threshold_origin": "explicit"}
     elif isinstance(gate, dict) and gate.get("relevance") == RecencyPolicy(**shipped).gate_units:
-        thresholds = dict(gate["thresholds"])
+        # A language the fit did not see (no memory in it then) keeps its shipped threshold.
+        thresholds = {**shipped.get("language_thresholds", {}), **gate["thresholds"]}
         values = {**shipped, "threshold": max(thresholds.values()),
                   "language_thresholds": thresholds,
                   "threshold_origin": fitted_origin(gate["memories"],

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Optional
 
 import qdrant_edge as edge
 from llama_index.core.schema import BaseNode
-from llama_index.core.vector_stores.types import BasePydanticVectorStore
+from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters
 from llama_index.core.vector_stores.utils import metadata_dict_to_node
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import models
 
+from llama_index_recency.ranking.language import question_language
 from llama_index_recency.ranking.lexical import TERMS_KEY, stored_terms
 from llama_index_recency.storage.edge import QdrantEdgeVectorStore
-from llama_index_recency.storage.edge_points import point_node, scroll
+from llama_index_recency.storage.edge_points import point_node, point_selection, scroll
+from llama_index_recency.storage.filters import to_qdrant_filter
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +50,36 @@ def write_terms(store: QdrantVectorStore, nodes: Sequence[BaseNode]) -> None:
         models.SetPayloadOperation(set_payload=models.SetPayload(
             payload={TERMS_KEY: stored_terms(node.get_content())}, points=[node.node_id]))
         for node in nodes])
+
+
+def stored_languages(store: BasePydanticVectorStore,
+                     filters: Optional[MetadataFilters] = None) -> set[str]:
+    """The languages (:func:`question_language`'s script rule) of the memories ``filters``
+    selects (all without), from their texts in one pass that leaves the vectors out.
+
+    Raises:
+        InvalidInputError: On Qdrant Edge, a filter Edge cannot express.
+    """
+    if isinstance(store, QdrantEdgeVectorStore):
+        shard = store.client
+        if shard is None:
+            return set()
+        return {question_language(point_node(point).get_content())
+                for point in scroll(shard, point_selection(None, filters), with_vector=False)}
+    assert isinstance(store, QdrantVectorStore)
+    client: Any = store.client
+    if client is None or not client.collection_exists(store.collection_name):
+        return set()
+    languages: set[str] = set()
+    selection = None if filters is None else to_qdrant_filter(filters)
+    offset = None
+    while True:
+        records, offset = client.scroll(store.collection_name, scroll_filter=selection,
+                                        limit=BATCH, offset=offset, with_payload=True,
+                                        with_vectors=False)
+        languages.update(question_language(_text(record.payload or {})) for record in records)
+        if offset is None:
+            return languages
 
 
 def _fill_edge(store: QdrantEdgeVectorStore) -> int:
