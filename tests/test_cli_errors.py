@@ -182,6 +182,9 @@ def test_non_utf8_bytes_in_the_real_argv(tmp_path: Path) -> None:
      "transcript line 1: expected 'user: \u2026' or 'assistant: \u2026', got 'Hi there'"),
     (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "is not UTF-8 text (byte 0x89 at offset 0); save it as UTF-8"),
     (b"user: hi\x00\x00\x00", "is a binary file, not text"),
+    (b"# notes for later\n\n", "holds no turn: write one per line as 'user: \u2026' or "
+     "'assistant: \u2026'"),
+    (b"", "holds no turn: write one per line as 'user: \u2026' or 'assistant: \u2026'"),
 ])
 def test_a_bad_transcript_is_one_line(content: bytes, message: str, tmp_path: Path,
                                       capsys) -> None:

@@ -184,13 +184,17 @@ def transcript(path: Path) -> list[Turn]:
     """The turns of a transcript file, or a one-line error naming the file and the line.
 
     Raises:
-        CommandError: The file is missing, unreadable or not UTF-8 text, or a line is not a
-            turn.
+        CommandError: The file is missing, unreadable or not UTF-8 text, a line is not a
+            turn, or it holds no turn (a wrong file, most likely).
     """
     try:
-        return parse_transcript(_read_text(path, "transcript"))
+        turns = parse_transcript(_read_text(path, "transcript"))
     except ValueError as error:
         raise CommandError(f"transcript {path}: {error}") from None
+    if not turns:
+        raise CommandError(f"transcript {path} holds no turn: write one per line as "
+                           "'user: …' or 'assistant: …'")
+    return turns
 
 
 def select(
