@@ -109,9 +109,9 @@ class GateFit:
     def policy(self, base: RecencyPolicy, origin: str = "explicit") -> RecencyPolicy:
         """``base`` with these thresholds (per language, and their max for the rest; a
         language not fitted keeps ``base``'s) and ``origin``."""
-        thresholds = {**base.language_thresholds, **self.thresholds}
-        return base.model_copy(update={"threshold": max(thresholds.values()),
-                                       "language_thresholds": thresholds,
+        return base.model_copy(update={"threshold": self.threshold,
+                                       "language_thresholds": {**base.language_thresholds,
+                                                               **self.thresholds},
                                        "threshold_origin": origin})
 
     def summary(self, current: float | RecencyPolicy) -> str:

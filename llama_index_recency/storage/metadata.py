@@ -201,9 +201,9 @@ def index_policy(index: MemoryStore | Mapping[str, Any], *, user_id: Optional[st
                   "threshold_origin": "explicit"}
     elif isinstance(gate, dict) and gate.get("relevance") == RecencyPolicy(**shipped).gate_units:
         # A language the fit did not see (no memory in it then) keeps its shipped threshold.
-        thresholds = {**shipped.get("language_thresholds", {}), **gate["thresholds"]}
-        values = {**shipped, "threshold": max(thresholds.values()),
-                  "language_thresholds": thresholds,
+        values = {**shipped, "threshold": max(gate["thresholds"].values()),
+                  "language_thresholds": {**shipped.get("language_thresholds", {}),
+                                          **gate["thresholds"]},
                   "threshold_origin": fitted_origin(gate["memories"],
                                                     date.fromisoformat(gate["fitted_on"]))}
     else:
