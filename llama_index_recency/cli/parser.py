@@ -429,12 +429,16 @@ def _non_blank(what: str) -> Any:
 
 
 def _user_id(value: str) -> str:
-    """A user id as typed, without surrounding spaces ("alice " is alice); one printable line."""
+    """A user id as the library takes it: one printable line without spaces around it (the
+    library's " alice" is another user than "alice")."""
     bad = control_character(value)
     if bad is not None:
         raise argparse.ArgumentTypeError(f"the user {value!r} contains the control character "
                                          f"{bad!r}; a user id is one line of printable text")
-    return _non_blank("user")(value).strip()
+    if _non_blank("user")(value) != value.strip():
+        raise argparse.ArgumentTypeError(f"the user {value!r} has spaces around it; a user id "
+                                         "is written without them")
+    return value
 
 
 def _grid_point(value: str) -> tuple[float, float]:

@@ -107,13 +107,17 @@ class SeveralUsersWarning:
 
 
 def check_user_id(user_id: object) -> str:
-    """``user_id`` if it can name a user: a non-blank string on one line of printable text.
+    """``user_id`` if it can name a user: a non-blank string on one line of printable text,
+    without spaces around it (" alice" would be another user than "alice" to look the same).
 
     Raises:
         InvalidInputError: It cannot, naming it.
     """
     if not isinstance(user_id, str) or not user_id.strip():
         raise InvalidInputError(f"user_id must be a non-blank string, got {user_id!r}")
+    if user_id != user_id.strip():
+        raise InvalidInputError(f"user_id {user_id!r} has spaces around it; a user id is "
+                                "written without them")
     bad_character = control_character(user_id)
     if bad_character is not None:
         raise InvalidInputError(f"user_id {user_id!r} contains the control character "
