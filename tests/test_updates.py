@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import date, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from llama_index.core.vector_stores.types import MetadataFilters
@@ -23,6 +25,7 @@ from llama_index_recency.storage import (
     is_local_mode_store,
     memory_history,
 )
+from llama_index_recency.writing import updates
 from llama_index_recency.writing.updates import (
     aforget,
     aupdate_memory,
@@ -152,6 +155,27 @@ def test_forgetting_the_middle_of_a_chain_keeps_the_newest_fact_reachable(index)
     assert [n.node.node_id for n in found] == [TEA.node_id, BLACK.node_id, TRAINS.node_id]
     rows = {row.node_id: row.reason for row in retriever.explain(QUERY).rows}
     assert rows[TEA.node_id] == f"successor of {BLACK.node_id}"
+
+
+def test_an_update_racing_a_forget_of_the_memory_it_updates_keeps_the_chain_whole(
+        index, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The forget starts once the update has read the old memory: it waits for the update,
+    then links the new version past the forgotten one (never to a memory that is gone)."""
+    insert_memories(index, [fresh(n) for n in (BLACK, LATTE)])
+    forgetting = threading.Thread(target=forget, args=(index, [LATTE.node_id]))
+    make = updates.memory_node
+
+    def read_then_forget(*args: Any, **kwargs: Any) -> Any:
+        forgetting.start()
+        forgetting.join(timeout=1.0)  # done by now, unless it waits for the update
+        return make(*args, **kwargs)
+
+    monkeypatch.setattr(updates, "memory_node", read_then_forget)
+    tea = update_memory(index, LATTE.node_id, "Taro now only drinks green tea.", "2026-09-08")
+    forgetting.join()
+    (stored,) = get_memories(index, [tea.node_id])
+    assert stored.metadata[SUPERSEDES_KEY] == [BLACK.node_id]
+    assert [n.node_id for n in memory_history(index, tea.node_id)] == [BLACK.node_id, tea.node_id]
 
 
 def test_forget_refuses_to_delete_everything_and_bad_dates(index) -> None:

@@ -346,17 +346,18 @@ def update_memory(
         FutureMemoryDateError: A date after tomorrow, without ``allow_future=True``.
         PartialWriteError: The new memory could not be stored.
     """
-    old = get_memory(index, node_id, user_id=user_id)
-    new = memory_node(text, memory_date, user_id=old.metadata.get(USER_ID_KEY),
-                      supersedes=[old.node_id], **node_options)
-    since, when = memory_time(old), memory_time(new)
-    if since is not None and when is not None and when < since:
-        raise InvalidInputError(
-            f"the new version is dated {new.metadata['date']}, before memory {node_id} it "
-            f"updates ({old.metadata.get('date')}): a newer fact needs a date no earlier than "
-            "the old one")
-    insert_memories(index, [new])
-    return new
+    with _WRITES:  # a forget of the old memory waits, then links the new one past it
+        old = get_memory(index, node_id, user_id=user_id)
+        new = memory_node(text, memory_date, user_id=old.metadata.get(USER_ID_KEY),
+                          supersedes=[old.node_id], **node_options)
+        since, when = memory_time(old), memory_time(new)
+        if since is not None and when is not None and when < since:
+            raise InvalidInputError(
+                f"the new version is dated {new.metadata['date']}, before memory {node_id} it "
+                f"updates ({old.metadata.get('date')}): a newer fact needs a date no earlier "
+                "than the old one")
+        insert_memories(index, [new])
+        return new
 
 
 aupdate_memory = in_thread(update_memory)
