@@ -27,7 +27,7 @@ from llama_index_recency.fitting.calibration import (
 )
 from llama_index_recency.fitting.policy_fit import fit_policy, raw_cosine_sd
 from llama_index_recency.models.factories import COHORT_POLICY
-from llama_index_recency.querying.gate import calibrate_gate, offtopic_questions
+from llama_index_recency.querying.gate import calibrate_gate
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.records.examples import (
     EXAMPLE_LANGUAGES,
@@ -119,7 +119,7 @@ def _calibrate_gate(args: argparse.Namespace, session: Session) -> int:
         elif args.relevance == "cosine" and base.relevance != "cosine":
             raise CommandError("the store's policy is in cohort units; a cosine gate needs a "
                                "cosine bonus: calibrate with --questions instead")
-        with session.timings.stage(f"asking {len(offtopic_questions())} off-topic questions"):
+        with session.timings.stage("asking the off-topic bank"):
             try:
                 fit = calibrate_gate(index, base, max_bring_up=args.max_bring_up,
                                      user_id=args.user)
