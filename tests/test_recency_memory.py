@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -329,6 +330,38 @@ def test_a_user_id_that_names_no_user_is_refused_by_every_reader_and_writer(
         assert repr(user) in str(caught.value) and "\n" not in str(caught.value), name
     assert [n.node_id for n in shared.get_all()] == [memory_id]
     assert shared.index.vector_store.metadata == before and not (tmp_path / "out.jsonl").exists()
+
+
+HALF_EMOJI = json.loads('"\\ud83c"')  # a lone surrogate, as JSON text can decode to
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m: m.add("The user likes tea " + HALF_EMOJI, date="2026-09-01"),
+     r"the fact 'The user likes tea \\ud83c' holds a lone surrogate"),
+    (lambda m: m.add("The user likes tea.", date="2026-09-01", user_id="bo" + HALF_EMOJI),
+     r"user_id 'bo\\ud83c' holds a lone surrogate"),
+    (lambda m: m.add("The user likes tea.", date="2026-09-01", metadata={1: "a"}),
+     "metadata key 1 is not text"),
+    (lambda m: m.add("The user likes tea.", date="2026-09-01", metadata=["a"]),
+     r"metadata must be a dict, got \['a'\]"),
+    (lambda m: m.add("The user likes tea.", date="2026-09-01", metadata={"mood": math.nan}),
+     "metadata 'mood' is nan, which is not JSON"),
+    (lambda m: m.add("The user likes tea.", date="2026-09-01", metadata={"raw": b"\xff"}),
+     r"metadata 'raw' is b'\\xff', which is not JSON"),
+    (lambda m: m.add("The user likes tea.", date="2026-09-01", metadata={"tags": {"a"}}),
+     r"metadata 'tags' is \{'a'\}, which is not JSON"),
+    (lambda m: m.add("The user swims daily.", date=""), "not a date: ''"),
+    (lambda m: m.forget(m.get_all()[0].node_id), "ids is a list of memory ids, got the string"),
+])
+def test_input_no_store_keeps_as_given_is_one_line_naming_it(shared, call, message) -> None:
+    """A half emoji, a NaN, bytes or a set would fail inside the store (a traceback) or be
+    stored as something else; "" was dated today; one id string was read as 36 ids."""
+    shared.add("The user drinks coffee black.", date="2026-09-01")
+    with pytest.raises(RecencyError, match=message) as caught:
+        call(shared)
+    assert "\n" not in str(caught.value)
+    assert [n.get_content() for n in shared.get_all()] == ["2026-09-01: The user drinks coffee "
+                                                           "black."]
 
 
 def test_a_user_id_naming_no_user_is_refused_in_nodes_and_forget_filters_too(shared) -> None:

@@ -70,7 +70,7 @@ def to_add(data: object, default_date: date | datetime | str | None, user: Optio
     items = memory_items(data)
     messages = [item for item in items if is_message(item)]
     if not messages:
-        day = default_date or datetime.now().date()
+        day = datetime.now().date() if default_date is None else default_date
         return ToAdd([as_memory_node(item, day, user, user_name, metadata) for item in items])
     if len(messages) < len(items):
         other = next(item for item in items if not is_message(item))

@@ -3,6 +3,7 @@ the conversation ``Turn``."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import unicodedata
@@ -118,6 +119,7 @@ def check_user_id(user_id: object) -> str:
     if user_id != user_id.strip():
         raise InvalidInputError(f"user_id {user_id!r} has spaces around it; a user id is "
                                 "written without them")
+    _refuse_lone_surrogate(user_id, "user_id")
     bad_character = control_character(user_id)
     if bad_character is not None:
         raise InvalidInputError(f"user_id {user_id!r} contains the control character "
@@ -180,7 +182,46 @@ def check_user_name(user_name: str) -> str:
             f"user_name {user_name!r} contains the control character {bad!r}; "
             "a name is one line of printable text"
         )
+    _refuse_lone_surrogate(user_name, "user_name")
     return user_name
+
+
+def _shown(value: object, limit: int = 100) -> str:
+    """``repr(value)`` for a one-line message, cut after ``limit`` characters."""
+    shown = repr(value)
+    return shown if len(shown) <= limit else shown[:limit] + "..."
+
+
+def _refuse_lone_surrogate(text: str, what: str) -> None:
+    """Refuse half of a UTF-16 pair (as JSON's ``"\\ud83c"`` decodes): no store can write it.
+
+    Raises:
+        InvalidInputError: ``text`` holds one, naming ``what``.
+    """
+    if any("\ud800" <= character <= "\udfff" for character in text):
+        raise InvalidInputError(f"{what} {quoted(text)} holds a lone surrogate (half of an "
+                                "emoji's code); it cannot be stored")
+
+
+def _checked_metadata(metadata: object) -> dict[str, Any]:
+    """``metadata`` as a memory stores it: text keys and JSON values (a NaN, bytes or a set
+    would be stored as something else, or not at all).
+
+    Raises:
+        InvalidInputError: Not a dict, a key that is not text, or a value that is not JSON.
+    """
+    if not isinstance(metadata, dict):
+        raise InvalidInputError(f"metadata must be a dict, got {_shown(metadata)}")
+    for key, value in metadata.items():
+        if not isinstance(key, str):
+            raise InvalidInputError(f"metadata key {key!r} is not text")
+        try:
+            json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+        except (TypeError, ValueError):
+            raise InvalidInputError(
+                f"metadata {key!r} is {_shown(value)}, which is not JSON: give text, a "
+                "finite number, true/false, None, or lists and dicts of them") from None
+    return dict(metadata)
 
 
 def with_subject(fact: str, user_name: str) -> str:
@@ -251,6 +292,7 @@ def memory_node(
         raise InvalidInputError(
             f"the fact contains the control character {bad_character!r}; a fact "
             "is one line of printable text")
+    _refuse_lone_surrogate(fact, "the fact")
     if not says_something(fact):
         raise InvalidInputError(
             f"the fact {quoted(fact)} holds no word; a fact says something in at least one "
@@ -265,7 +307,7 @@ def memory_node(
     iso_date = _iso(memory_date)
     if not allow_future:
         check_not_future(memory_date, reference_date=reference_date)
-    extra = dict(metadata or {})
+    extra = {} if metadata is None else _checked_metadata(metadata)
     if date_key in extra:
         raise InvalidInputError(f"metadata already has {date_key!r}; pass the date as memory_date")
     for key, value in ((USER_ID_KEY, user_id), (SUPERSEDES_KEY, supersedes)):

@@ -382,12 +382,16 @@ def forget(
     block, in this process or a later one, writes back what the user said before.
 
     Raises:
-        InvalidInputError: No condition given, or a ``before`` that is not a readable date.
+        InvalidInputError: No condition given, ``ids`` given as one string, or a ``before``
+            that is not a readable date.
         MemoryStoreReadOnlyError: An Edge store read from a temporary copy (its filesystem
             is read-only).
         MemoryStoreFullError: An Edge store's disk is too full to rewrite the links,
             delete or record the forget.
     """
+    if isinstance(ids, str):  # a string is a sequence too: of one-character "ids"
+        raise InvalidInputError(f"ids is a list of memory ids, got the string {ids!r}: pass "
+                                f"[{ids!r}]")
     scope = memory_scope(user_id=user_id, before=before, filters=filters)
     if ids is None and scope is None:
         raise InvalidInputError(
