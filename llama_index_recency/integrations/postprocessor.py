@@ -12,7 +12,7 @@ from llama_index.core.indices.vector_store import VectorStoreIndex
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
-from llama_index_recency.errors import InvalidInputError
+from llama_index_recency.errors import InvalidInputError, UnsupportedStoreError
 from llama_index_recency.models.cohort import relevance_cohort
 from llama_index_recency.querying.gate import STORE_CHECK_SECONDS, StoreReads
 from llama_index_recency.ranking.lexical import LexicalQuery, question_terms, with_lexical_parts
@@ -109,7 +109,8 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         """The postprocessor for a memory index from ``open_memory_index``.
 
         It ranks with the store's own policy (:func:`~llama_index_recency.storage.index_policy`:
-        calibrated and saved with it, else its model's shipped one, with the store's gate),
+        calibrated and saved with it, else its model's shipped one (the model the store records,
+        else the index's), with the store's gate),
         ``overrides`` on top (e.g. ``reference_date=``); it adopts a gate saved since (read at
         every question on Edge, every ``check_store_every`` seconds on a server or local-mode
         store); an Edge store is set to return the candidates' vectors with them
@@ -124,12 +125,20 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         """
         if user_id is not None:
             overrides["user_id"] = check_user_id(user_id)  # index_policy: this user's gate
-        store = vector_store_of(index.vector_store)
+        try:
+            store = vector_store_of(index.vector_store)
+        except UnsupportedStoreError as error:
+            raise UnsupportedStoreError(
+                f"{error}: from_index reads the store's policy and vectors; for this index, make "
+                "the postprocessor by hand (RecencyBonusPostprocessor(weight=..., threshold=...) "
+                "ranks the candidates it is given)") from None
         if isinstance(store, QdrantEdgeVectorStore):
             store.with_vectors = True  # the candidates come with their vectors: none read again
         own = {"embed_model": embedding_of(index)}  # the postprocessor's fields, not a policy's
         own.update((name, overrides.pop(name)) for name in set(cls.model_fields).difference(
             RecencyPolicy.model_fields) if name in overrides)
+        # A store another program made records no model: the index's names the shipped policy.
+        overrides["model"] = own["embed_model"].model_name
         metadata = collection_metadata(store)
         made = cls(**dict(index_policy(metadata, **overrides)), **own)
         made._store, made._reads = store, StoreReads(store, check_store_every)

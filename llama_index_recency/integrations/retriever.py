@@ -12,7 +12,9 @@ search request.
 
 from __future__ import annotations
 
+import logging
 import math
+import weakref
 from typing import Any, List, Optional
 
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -52,10 +54,13 @@ from llama_index_recency.storage import (
     has_async_client,
     index_policy,
     is_local,
+    made_here,
     memory_scope,
     policy_records,
 )
 from llama_index_recency.twins import in_thread
+
+logger = logging.getLogger(__name__)
 
 
 class QdrantRecencyRetriever(BaseRetriever):
@@ -123,6 +128,8 @@ class QdrantRecencyRetriever(BaseRetriever):
         self._min_fit_memories = min_fit_memories
         self._user_id = user_id  # whose gate it follows (None: the store's)
         self._follows_store = False  # set by from_index without a policy
+        self._model: Optional[str] = None  # the index's model, for a store that records none
+        self._overrides: dict[str, Any] = {}  # from_index's settings over the store's policy
         self._adopted: Any = None  # the store's saved policy and gate fit the policy came from
         self._next_try = 0  # fewest memories before this retriever launches a refit again
         self._refit: Optional[Refit] = None
@@ -142,7 +149,8 @@ class QdrantRecencyRetriever(BaseRetriever):
 
         Without ``policy`` it ranks with the store's own
         (:func:`~llama_index_recency.storage.metadata.index_policy`: calibrated and saved with
-        it, else its model's shipped one, else the defaults).
+        it, else its model's shipped one, else the defaults), the policy's settings among
+        ``kwargs`` (``date_key=``, ``top_n=``, ...) on top.
 
         Raises:
             InvalidInputError: A ``vague_window_days`` or ``check_store_every`` in ``kwargs``
@@ -152,11 +160,18 @@ class QdrantRecencyRetriever(BaseRetriever):
         if policy is not None:
             return cls(index.vector_store, embedding_of(index), policy=policy, **kwargs)
         metadata = collection_metadata(index)
-        user_id = kwargs.get("user_id")
-        retriever = cls(index.vector_store, embedding_of(index),
-                        policy=index_policy(metadata, user_id=user_id), **kwargs)
-        retriever._follows_store = True
+        user_id, embed_model = kwargs.get("user_id"), embedding_of(index)
+        overrides = {name: kwargs.pop(name) for name in list(kwargs)
+                     if name in RecencyPolicy.model_fields}  # e.g. date_key=, top_n=
+        # A store another program made records no model: the index's names the shipped policy.
+        model = embed_model.model_name
+        retriever = cls(index.vector_store, embed_model, policy=index_policy(
+            metadata, user_id=user_id, model=model, **overrides), **kwargs)
+        retriever._follows_store, retriever._model = True, model
+        retriever._overrides = overrides
         retriever._adopted = policy_records(metadata, user_id)
+        if not made_here(index, metadata):
+            _only_read(index.vector_store)
         return retriever
 
     @property
@@ -234,8 +249,10 @@ class QdrantRecencyRetriever(BaseRetriever):
         user = self._user_id
         records = policy_records(metadata, user)
         if records != self._adopted:
-            self._search.policy, self._adopted = index_policy(metadata, user_id=user), records
-        if self._refit is not None and self._refit.running():
+            self._search.policy, self._adopted = index_policy(
+                metadata, user_id=user, model=self._model, **self._overrides), records
+        if not made_here(store, metadata) or (self._refit is not None
+                                              and self._refit.running()):
             return
         memories = count_memories(store, user)
         if memories < self._next_try or not due_by_size(metadata, self._min_fit_memories,
@@ -249,6 +266,21 @@ class QdrantRecencyRetriever(BaseRetriever):
                             background=not inline)
         if inline:
             self._follow_store(read_now=True)  # adopt it for this question already
+
+
+_SAID_ONLY_READ: set[int] = set()
+
+
+def _only_read(store: BasePydanticVectorStore) -> None:
+    """Say once per store object that a store another program made is only read."""
+    if id(store) in _SAID_ONLY_READ:
+        return
+    _SAID_ONLY_READ.add(id(store))
+    weakref.finalize(store, _SAID_ONLY_READ.discard, id(store))
+    logger.warning("collection %r records no embedding model (open_memory_index did not make "
+                   "it): it is only read, its gate is not fitted and the shipped threshold "
+                   "ranks; open it with open_memory_index(client=...) to let it fit one "
+                   "(not said again)", getattr(store, "collection_name", ""))
 
 
 def _bundle(query: QueryType) -> QueryBundle:

@@ -10,14 +10,14 @@ convention wherever there is I/O to plan (docs/architecture.md).
 from __future__ import annotations
 
 from functools import partial
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import QueryBundle
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 
-from llama_index_recency.errors import InvalidInputError
+from llama_index_recency.errors import EmbeddingMismatchError, InvalidInputError
 from llama_index_recency.models.cohort import QueryScale, relevance_cohort
 from llama_index_recency.ranking.lexical import (
     LexicalQuery,
@@ -46,6 +46,7 @@ from llama_index_recency.storage import (
     fill_terms,
     has_async_client,
     is_local,
+    made_here,
     payload_indexes,
     run_search,
     sync_client,
@@ -84,6 +85,7 @@ class ExactSearch:
         self._several_users = several_users
         self._vague_window_days = vague_window_days
         self._ready = False
+        self._size: Optional[int] = None  # a Qdrant collection's vector size, read once
 
     def empty(self) -> RecencyRanking:
         """The ranking of a store with no memory."""
@@ -95,10 +97,11 @@ class ExactSearch:
         Raises:
             InvalidInputError: the store holds memories but none dated under the policy's
                 ``date_key``.
+            EmbeddingMismatchError: the question's vector is not the size of the store's.
         """
         if not self._prepare():
             return self.empty()
-        vector = self._embed(bundle)
+        vector = self._sized(self._embed(bundle))
         lexical = self._lexical(bundle.query_str)
         return self._drive(self.plan(bundle, lexical), vector, self._scale(vector),
                            self._scans(bundle, vector))
@@ -111,17 +114,19 @@ class ExactSearch:
         Raises:
             InvalidInputError: the store holds memories but none dated under the policy's
                 ``date_key``.
+            EmbeddingMismatchError: the question's vector is not the size of the store's.
         """
         if not has_async_client(self.vector_store):
             vector = await self._aembed(bundle)
             if not self._prepare():
                 return self.empty()
+            vector = self._sized(vector)
             lexical = self._lexical(bundle.query_str)
             return self._drive(self.plan(bundle, lexical), vector, self._scale(vector),
                                self._scans(bundle, vector))
         if not await self._aprepare():
             return self.empty()
-        vector = await self._aembed(bundle)
+        vector = self._sized(await self._aembed(bundle))
         lexical = await self._alexical(bundle.query_str)
         return await self._adrive(self.plan(bundle, lexical), vector, self._scale(vector))
 
@@ -227,6 +232,7 @@ class ExactSearch:
             return self._ready
         client = sync_client(store)
         if not self._ready and client.collection_exists(store.collection_name):
+            self._size = _dense_size(store, client.get_collection(store.collection_name))
             if not is_local(client):
                 for key, schema in payload_indexes(self.policy.date_key):
                     client.create_payload_index(store.collection_name, key, field_schema=schema)
@@ -244,6 +250,7 @@ class ExactSearch:
         assert isinstance(store, QdrantVectorStore)
         client = store._aclient
         if not self._ready and await client.collection_exists(store.collection_name):
+            self._size = _dense_size(store, await client.get_collection(store.collection_name))
             if not is_local(client):
                 for key, schema in payload_indexes(self.policy.date_key):
                     await client.create_payload_index(
@@ -259,8 +266,10 @@ class ExactSearch:
         return self._ready
 
     def _fill_terms(self) -> None:
-        """Store the terms of the memories that lack them, once, when the lexical signal is on."""
-        if self._ready and self.policy.reads_words:
+        """Store the terms of the memories that lack them, once, when the lexical signal is on
+        (a store another program made is only read: its memories without terms score on
+        relevance alone)."""
+        if self._ready and self.policy.reads_words and made_here(self.vector_store):
             fill_terms(self.vector_store)
 
     def _check_counts(self, total: int, dated: int) -> None:
@@ -292,3 +301,26 @@ class ExactSearch:
                 bundle.embedding_strs
             )
         return bundle.embedding
+
+    def _sized(self, vector: List[float]) -> List[float]:
+        """``vector`` if the store's vectors have its size.
+
+        Raises:
+            EmbeddingMismatchError: They have another: another model embedded the store.
+        """
+        size = self.vector_store.dimensions if isinstance(
+            self.vector_store, QdrantEdgeVectorStore) else self._size
+        if size is not None and len(vector) != size:
+            raise EmbeddingMismatchError(
+                f"the question's vector has {len(vector)} dimensions "
+                f"({self.embed_model.model_name!r}) but the store holds {size}-dimensional "
+                "vectors: rank it with the model that embedded it")
+        return vector
+
+
+def _dense_size(store: QdrantVectorStore, collection: Any) -> Optional[int]:
+    """The size of the collection's dense vectors: unnamed, or named as ``store`` names them."""
+    vectors = collection.config.params.vectors
+    if isinstance(vectors, dict):
+        vectors = vectors.get(store.dense_vector_name)
+    return getattr(vectors, "size", None)

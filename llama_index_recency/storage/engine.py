@@ -176,10 +176,13 @@ def stored_vectors(store: BasePydanticVectorStore, ids: Sequence[str]) -> dict[s
         assert isinstance(store, QdrantVectorStore)
         records = sync_client(store).retrieve(store.collection_name, ids=list(ids),
                                               with_payload=False, with_vectors=True)
-    # One unnamed dense vector per point, as this package stores memories.
+    # One unnamed dense vector per point, as this package stores memories; a hybrid
+    # collection names its dense one (QdrantVectorStore's ``dense_vector_name``).
+    name = str(getattr(store, "dense_vector_name", ""))
     vectors = ((str(record.id), record.vector) for record in records)  # each read converts
-    return {point: cast(list[float], vector) for point, vector in vectors
-            if isinstance(vector, list)}
+    return {point: cast(list[float], vector) for point, vector in (
+        (point, vector.get(name) if isinstance(vector, dict) else vector)
+        for point, vector in vectors) if isinstance(vector, list)}
 
 
 def engine_query(

@@ -159,6 +159,15 @@ def embedding_identity(index: MemoryStore) -> Optional[dict[str, Any]]:
     return dict(identity) if isinstance(identity, dict) else None
 
 
+def made_here(index: MemoryStore, metadata: Optional[Mapping[str, Any]] = None) -> bool:
+    """Whether ``open_memory_index`` made (or adopted) the store: it records the embedding
+    model there (``metadata``: its :func:`collection_metadata` already read). Only such a
+    store is written to by a reader: its gate fitted and saved, its memories' terms filled in."""
+    if isinstance(vector_store_of(index), QdrantEdgeVectorStore):
+        return True
+    return EMBEDDING_METADATA_KEY in (collection_metadata(index) if metadata is None else metadata)
+
+
 def has_saved_policy(index: MemoryStore | Mapping[str, Any]) -> bool:
     """Whether a policy was calibrated and saved with this store (``save_policy``); from the
     store or from its :func:`collection_metadata` already read."""
@@ -166,10 +175,11 @@ def has_saved_policy(index: MemoryStore | Mapping[str, Any]) -> bool:
 
 
 def index_policy(index: MemoryStore | Mapping[str, Any], *, user_id: Optional[str] = None,
-                 **overrides: Any) -> RecencyPolicy:
+                 model: Optional[str] = None, **overrides: Any) -> RecencyPolicy:
     """The policy to rank this store (or ``user_id``'s memories in it) with: the one
     calibrated and saved with it (:func:`save_policy`, origin "explicit"), else the shipped
-    one for its embedding model (``models.CALIBRATED_POLICIES``; else
+    one for its embedding model (the one it records, else ``model``, the name of the model
+    that embeds its questions; ``models.CALIBRATED_POLICIES``; else
     :class:`RecencyPolicy`'s defaults) with the store's own gate fit in the same units
     (:func:`save_gate_fit`, origin "fitted on N memories on DATE"; for ``user_id``, the fit
     on their memories alone, which no other user's memories move) or as shipped.
@@ -183,7 +193,7 @@ def index_policy(index: MemoryStore | Mapping[str, Any], *, user_id: Optional[st
             :class:`RecencyPolicy` refuses.
     """
     metadata = _metadata_of(index)
-    model = (metadata.get(EMBEDDING_METADATA_KEY) or {}).get("model")
+    model = (metadata.get(EMBEDDING_METADATA_KEY) or {}).get("model") or model
     shipped = CALIBRATED_POLICIES.get(model or "", {})
     saved = metadata.get(POLICY_METADATA_KEY)
     gate = gate_record(metadata, user_id)
