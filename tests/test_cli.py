@@ -375,7 +375,7 @@ def test_calibrate_a_store_without_labels_fits_its_gate_and_ask_uses_it(e5, tmp_
     assert main(argv, embed_model=e5) == 0
     out = " ".join(capsys.readouterr().out.split())
     fitted = re.search(r"gate: threshold ([\d.]+) lets at most ([\d.]+)% of a language's "
-                       r"off-topic questions in \(150 asked, at most 5%\)", out)  # English memories
+                       r"off-topic questions in \(300 asked, at most 5%\)", out)
     assert fitted is not None and float(fitted[2]) <= 5.0, out
     saved = re.search(r"saved with \S+: cosine threshold en ([\d.]+), ja ([\d.]+) \(explicit\)",
                       out)

@@ -57,11 +57,9 @@ def bundled(e5):
 
 
 @pytest.mark.slow
-def test_the_gate_fitted_on_a_store_keeps_each_languages_bank_to_the_share(e5) -> None:
-    bilingual = open_memory_index(e5)
-    bilingual.insert_nodes(example_memories() + example_memories(lang="ja"))
-    policy = index_policy(bilingual, reference_date=EXAMPLE_REFERENCE_DATE)
-    fit = calibrate_gate(bilingual, policy)
+def test_the_gate_fitted_on_a_store_keeps_each_languages_bank_to_the_share(bundled) -> None:
+    policy = index_policy(bundled, reference_date=EXAMPLE_REFERENCE_DATE)
+    fit = calibrate_gate(bundled, policy)
     assert set(fit.best) == {"en", "ja"} and all(len(b) == 150 for b in fit.best.values())
     assert fit.bring_up(fit.threshold) <= MAX_BRING_UP
     margin = noise_margin(policy)  # 0.001 in cosine: clear of machine noise

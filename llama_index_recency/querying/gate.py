@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 import weakref
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from datetime import date
 from typing import Any, Optional
@@ -32,10 +33,12 @@ from llama_index_recency.fitting.gate_fit import (
     BANK_LANGUAGES,
     MAX_BRING_UP,
     MIN_FIT_MEMORIES,
+    MIN_LANGUAGE_MEMORIES,
     NOISE_MARGIN,
     REFIT_RATIO,
     GateFit,
     fit_gate,
+    language_threshold,
     noise_margin,
     offtopic_questions,
     refit_due,
@@ -61,20 +64,21 @@ from llama_index_recency.storage import (
     memory_scope,
     save_gate_fit,
     save_gate_refusal,
+    shipped_policy,
     vector_store_of,
 )
 from llama_index_recency.storage.edge_files import metadata_revision
-from llama_index_recency.storage.terms import stored_languages
+from llama_index_recency.storage.terms import memory_languages
 
 logger = logging.getLogger(__name__)
 
-_EMPTY = "the store (or this user's part of it) is empty: there is no gate to fit"
 _OPEN = -1e9  # a threshold every memory passes: the search then returns the best one
 
 __all__ = [
     "BANK_LANGUAGES",
     "MAX_BRING_UP",
     "MIN_FIT_MEMORIES",
+    "MIN_LANGUAGE_MEMORIES",
     "NOISE_MARGIN",
     "REFIT_RATIO",
     "STORE_CHECK_SECONDS",
@@ -83,6 +87,7 @@ __all__ = [
     "calibrate_gate",
     "check_gate",
     "fit_gate",
+    "language_floors",
     "noise_margin",
     "offtopic_best",
     "offtopic_questions",
@@ -115,7 +120,9 @@ def calibrate_gate(
     policy = policy or index_policy(index)
     best = offtopic_best(index.vector_store, embedding_of(index), policy, questions=questions,
                          user_id=user_id, filters=filters)
-    return fit_gate(best, max_bring_up, noise_margin(policy))
+    floors = language_floors(index.vector_store, policy, memory_scope(user_id=user_id,
+                                                                      filters=filters))
+    return fit_gate(best, max_bring_up, noise_margin(policy), floors)
 
 
 def refit_gate(
@@ -196,47 +203,59 @@ def offtopic_best(
     filters: Optional[MetadataFilters] = None,
 ) -> dict[str, list[float]]:
     """Per language, each off-topic question's best final score on the store (default: the
-    shipped bank of each language its memories are written in: a language with none keeps
-    the threshold it had), ranked with ``policy`` by the exact search inside the scope, less
-    the threshold's rise for a question about the present.
+    shipped bank), ranked with ``policy`` by the exact search inside the scope, less the
+    threshold's rise for a question about the present.
 
     Raises:
         InvalidInputError: the store (or the scope's part of it) holds no memory.
         UnsupportedStoreError: ``store`` is neither Qdrant Edge nor Qdrant.
     """
-    scope = memory_scope(user_id=user_id, filters=filters)
     search = ExactSearch(
         store, embed_model,
         # Every memory passes and no newer version is moved first; a linked successor may
         # still be, so the best final score is taken over all nodes returned.
         policy.model_copy(update={"threshold": _OPEN, "top_n": 1, "supersede_margin": None}),
-        filters=scope, vague_window_days=VAGUE_WINDOW_DAYS,
+        filters=memory_scope(user_id=user_id, filters=filters),
+        vague_window_days=VAGUE_WINDOW_DAYS,
     )
-    if questions is None:
-        # A bank in a language no memory is written in scores far under that language's own
-        # stores: a threshold fitted there would let most of it in once such memories come.
-        written = {nearest_language(lang, BANK_LANGUAGES)
-                   for lang in stored_languages(vector_store_of(store), scope)}
-        if not written:
-            raise InvalidInputError(_EMPTY)
-        questions = {lang: offtopic_questions(lang) for lang in BANK_LANGUAGES
-                     if lang in written}
+    banks = questions or {lang: offtopic_questions(lang) for lang in BANK_LANGUAGES}
     identity = embedding_identity(vector_store_of(store)) or {}
     best: dict[str, list[float]] = {}
-    for lang, asked in questions.items():
+    for lang, asked in banks.items():
         texts = [text for text in asked if not asks_about_the_news(text)]  # they bring nothing
         vectors = cached_embeddings(embed_model, list(texts), query=True,
                                     dimensions=identity.get("dimensions"))
         for text, vector in zip(texts, vectors, strict=True):
             nodes = search.rank(QueryBundle(query_str=text, embedding=vector.tolist())).nodes
             if not nodes:
-                raise InvalidInputError(_EMPTY)
+                raise InvalidInputError(
+                    "the store (or this user's part of it) is empty: there is no "
+                    "gate to fit")
             # A question about the present meets a threshold raised by its larger bonus:
             # its score is recorded against the policy's own threshold.
             raised = policy.for_intent(question_intent(text)).threshold - policy.threshold
             best.setdefault(lang, []).append(
                 max(float(n.score or 0.0) for n in nodes) - raised)
     return best
+
+
+def language_floors(store: BasePydanticVectorStore, policy: RecencyPolicy,
+                    scope: Optional[MetadataFilters] = None) -> dict[str, float]:
+    """Per bank language with fewer than :data:`MIN_LANGUAGE_MEMORIES` memories in the scope,
+    the threshold its model ships for it in ``policy``'s units, which its fit may not go
+    under: its bank scores far under its own memories, so a threshold fitted without them
+    would let most of it in once they come (none without a shipped policy in those units).
+
+    Raises:
+        InvalidInputError: A Qdrant store with only an async client.
+    """
+    shipped = shipped_policy(store)
+    if shipped.gate_units != policy.gate_units:
+        return {}
+    written = Counter(nearest_language(lang, BANK_LANGUAGES) for lang in memory_languages(
+        vector_store_of(store), scope).elements())
+    return {lang: language_threshold(shipped, lang) for lang in BANK_LANGUAGES
+            if written[lang] < MIN_LANGUAGE_MEMORIES}
 
 
 def refit_store_gate(
@@ -299,7 +318,8 @@ def _fit_and_save(vectors: MemoryVectorStore, embed_model: BaseEmbedding,
         if not fit_gate(best, margin=noise_margin(policy)).lets_too_many_in(policy):
             return None
     best = best or offtopic_best(vectors, embed_model, policy, user_id=user_id)
-    fit = fit_gate(best, margin=noise_margin(policy))
+    fit = fit_gate(best, margin=noise_margin(policy),
+                   floors=language_floors(vectors, policy, memory_scope(user_id=user_id)))
     if fit.refused:
         logger.warning("%s; the gate stays %s", fit.refused, policy.threshold_origin)
         save_gate_refusal(vectors, policy.gate_units, memories, user_id)

@@ -62,6 +62,7 @@ from llama_index_recency.storage.metadata import (
     save_gate_fit,
     save_gate_refusal,
     save_policy,
+    shipped_policy,
 )
 from llama_index_recency.storage.migration import (
     Migration,
@@ -117,6 +118,7 @@ __all__ = [
     "has_async_client",
     "has_saved_policy",
     "made_here",
+    "shipped_policy",
     "index_policy",
     "is_local",
     "is_local_mode_store",

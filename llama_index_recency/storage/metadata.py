@@ -168,6 +168,13 @@ def made_here(index: MemoryStore, metadata: Optional[Mapping[str, Any]] = None) 
     return EMBEDDING_METADATA_KEY in (collection_metadata(index) if metadata is None else metadata)
 
 
+def shipped_policy(index: MemoryStore | Mapping[str, Any]) -> RecencyPolicy:
+    """The policy the store's embedding model ships with (``models.CALIBRATED_POLICIES``; else
+    :class:`RecencyPolicy`'s defaults), whatever was fitted or saved since."""
+    model = (_metadata_of(index).get(EMBEDDING_METADATA_KEY) or {}).get("model")
+    return RecencyPolicy(**CALIBRATED_POLICIES.get(model or "", {}))
+
+
 def has_saved_policy(index: MemoryStore | Mapping[str, Any]) -> bool:
     """Whether a policy was calibrated and saved with this store (``save_policy``); from the
     store or from its :func:`collection_metadata` already read."""
@@ -210,10 +217,9 @@ def index_policy(index: MemoryStore | Mapping[str, Any], *, user_id: Optional[st
         values = {**(shipped if same_units else {}), "language_thresholds": {}, **saved,
                   "threshold_origin": "explicit"}
     elif isinstance(gate, dict) and gate.get("relevance") == RecencyPolicy(**shipped).gate_units:
-        # A language the fit did not see (no memory in it then) keeps its shipped threshold.
-        values = {**shipped, "threshold": max(gate["thresholds"].values()),
-                  "language_thresholds": {**shipped.get("language_thresholds", {}),
-                                          **gate["thresholds"]},
+        thresholds = dict(gate["thresholds"])
+        values = {**shipped, "threshold": max(thresholds.values()),
+                  "language_thresholds": thresholds,
                   "threshold_origin": fitted_origin(gate["memories"],
                                                     date.fromisoformat(gate["fitted_on"]))}
     else:

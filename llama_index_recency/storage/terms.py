@@ -4,6 +4,7 @@ that lack them (a store made before 0.5, or nodes a plain ``QdrantVectorStore`` 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -18,6 +19,7 @@ from llama_index_recency.ranking.language import question_language
 from llama_index_recency.ranking.lexical import TERMS_KEY, stored_terms
 from llama_index_recency.storage.edge import QdrantEdgeVectorStore
 from llama_index_recency.storage.edge_points import point_node, point_selection, scroll
+from llama_index_recency.storage.engine import sync_client
 from llama_index_recency.storage.filters import to_qdrant_filter
 
 logger = logging.getLogger(__name__)
@@ -52,25 +54,26 @@ def write_terms(store: QdrantVectorStore, nodes: Sequence[BaseNode]) -> None:
         for node in nodes])
 
 
-def stored_languages(store: BasePydanticVectorStore,
-                     filters: Optional[MetadataFilters] = None) -> set[str]:
-    """The languages (:func:`question_language`'s script rule) of the memories ``filters``
-    selects (all without), from their texts in one pass that leaves the vectors out.
+def memory_languages(store: BasePydanticVectorStore,
+                     filters: Optional[MetadataFilters] = None) -> Counter[str]:
+    """How many of the memories ``filters`` selects (all without) are written in each language
+    (:func:`question_language`'s script rule), from their texts in one pass without vectors.
 
     Raises:
-        InvalidInputError: On Qdrant Edge, a filter Edge cannot express.
+        InvalidInputError: On Qdrant Edge, a filter Edge cannot express; a Qdrant store with
+            only an async client.
     """
     if isinstance(store, QdrantEdgeVectorStore):
         shard = store.client
         if shard is None:
-            return set()
-        return {question_language(point_node(point).get_content())
-                for point in scroll(shard, point_selection(None, filters), with_vector=False)}
+            return Counter()
+        return Counter(question_language(point_node(point).get_content())
+                       for point in scroll(shard, point_selection(None, filters), with_vector=False))
     assert isinstance(store, QdrantVectorStore)
-    client: Any = store.client
-    if client is None or not client.collection_exists(store.collection_name):
-        return set()
-    languages: set[str] = set()
+    client = sync_client(store)
+    languages: Counter[str] = Counter()
+    if not client.collection_exists(store.collection_name):
+        return languages
     selection = None if filters is None else to_qdrant_filter(filters)
     offset = None
     while True:
