@@ -295,12 +295,11 @@ def test_a_bound_object_refuses_another_users_reads_and_writes(memory, tmp_path:
     assert memory.get_all() == []  # nothing of Alice's was written for Taro
 
 
-@pytest.mark.parametrize("user", ["", "  ", 123, " alice", "alice "])
+@pytest.mark.parametrize("user", ["", "  ", 123])
 def test_a_user_id_that_names_no_user_is_refused_by_every_reader_and_writer(
         shared, tmp_path: Path, user: object) -> None:
     """``""`` or a number would select no memory (or, forgetting, record a user that never
-    was) and answer "nothing", and " alice" would be another user than Alice to look the
-    same: every verb names the value instead, and nothing changes."""
+    was) and answer "nothing": every verb names the value instead, and nothing changes."""
     from llama_index_recency import QdrantRecencyRetriever, RecencyBonusPostprocessor
     from llama_index_recency.integrations.memory_block import RecencyMemoryBlock
     from llama_index_recency.writing.updates import forget

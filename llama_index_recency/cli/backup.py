@@ -12,7 +12,13 @@ from typing import Any
 
 from llama_index.core.schema import BaseNode
 
-from llama_index_recency.cli.rendering import literal, memory_table, reader_gone, summary
+from llama_index_recency.cli.rendering import (
+    literal,
+    memory_table,
+    reader_gone,
+    shown_user,
+    summary,
+)
 from llama_index_recency.cli.session import CommandError, Location, Session, default_store_path
 from llama_index_recency.errors import MemoryNotFoundError
 from llama_index_recency.records.nodes import USER_ID_KEY
@@ -32,7 +38,7 @@ from llama_index_recency.writing.backup import (
 
 
 def _whose(user: str | None) -> str:
-    return "" if user is None else f" of user {user}"
+    return "" if user is None else f" of user {shown_user(user)}"
 
 
 def _memories(count: int) -> str:

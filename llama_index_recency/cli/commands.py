@@ -41,6 +41,7 @@ from llama_index_recency.cli.rendering import (
     memory_table,
     policy_line,
     ranking_table,
+    shown_user,
     summary,
     wraps,
 )
@@ -383,7 +384,7 @@ def run_list(args: argparse.Namespace, session: Session) -> int:
     if args.json:
         print_json(session, records)
         return 0
-    whose = "" if args.user is None else f" of user {args.user}"
+    whose = "" if args.user is None else f" of user {shown_user(args.user)}"
     if not nodes:
         session.console.print(literal(f"no memories{whose} stored in {location}"))
         return 0
@@ -432,7 +433,7 @@ def run_forget(args: argparse.Namespace, session: Session) -> int:
             session.console.print(memory_table(f"{doomed[-1]} to forget in {location}", chosen))
         if waiting:
             doomed.append(_conversations(waiting))
-            session.console.print(literal(f"{doomed[-1]} of user {args.user} waiting in the "
+            session.console.print(literal(f"{doomed[-1]} of user {shown_user(args.user)} waiting in the "
                                           "outbox (not written yet) to drop"))
         if not args.yes and not _confirmed(f"Delete these {' and '.join(doomed)} for good?"):
             session.console.print("nothing deleted")
@@ -445,7 +446,7 @@ def run_forget(args: argparse.Namespace, session: Session) -> int:
     finally:
         close_memory_index(store)
     if dropped:
-        session.console.print(literal(f"dropped {_conversations(dropped)} of user {args.user} "
+        session.console.print(literal(f"dropped {_conversations(dropped)} of user {shown_user(args.user)} "
                                       "waiting in the outbox"))
     session.console.print(literal(f"deleted {_memories(deleted)} from {location}"))
     return 0

@@ -120,7 +120,7 @@ def _file_memory(item: Any, where: str, user_name: str | None, user_id: str | No
 
 
 def _entry_user(value: Any, where: str) -> str:
-    """An entry's ``user_id``, checked as ``--user`` is: one printable line, no spaces around."""
+    """An entry's ``user_id``, checked as ``--user`` is: one printable line, as written."""
     if not isinstance(value, str) or not value.strip():
         raise CommandError(f'{where}: "user_id" must be a non-blank string, got '
                            f"{json.dumps(value, ensure_ascii=False)}")
@@ -128,9 +128,6 @@ def _entry_user(value: Any, where: str) -> str:
     if bad is not None:
         raise CommandError(f"{where}: the user {value!r} contains the control character "
                            f"{bad!r}; a user id is one line of printable text")
-    if value != value.strip():
-        raise CommandError(f"{where}: the user {value!r} has spaces around it; a user id is "
-                           "written without them")
     return value
 
 

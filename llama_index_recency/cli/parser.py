@@ -429,16 +429,13 @@ def _non_blank(what: str) -> Any:
 
 
 def _user_id(value: str) -> str:
-    """A user id as the library takes it: one printable line without spaces around it (the
-    library's " alice" is another user than "alice")."""
+    """A user id exactly as typed, as the library takes it (" alice" is not "alice", whose
+    memories it must never reach); one printable line."""
     bad = control_character(value)
     if bad is not None:
         raise argparse.ArgumentTypeError(f"the user {value!r} contains the control character "
                                          f"{bad!r}; a user id is one line of printable text")
-    if _non_blank("user")(value) != value.strip():
-        raise argparse.ArgumentTypeError(f"the user {value!r} has spaces around it; a user id "
-                                         "is written without them")
-    return value
+    return _non_blank("user")(value)
 
 
 def _grid_point(value: str) -> tuple[float, float]:

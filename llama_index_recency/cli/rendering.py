@@ -61,6 +61,12 @@ def wraps(console: Console) -> bool:
     return console.width < UNWRAPPED_WIDTH
 
 
+def shown_user(user: str) -> str:
+    """A user id as a line shows it: quoted when spaces around it would hide them
+    (" alice" is another user than "alice")."""
+    return user if user == user.strip() else repr(user)
+
+
 def literal(text: str, style: str = "") -> Text:
     """User or LLM text shown exactly as written.
 

@@ -108,17 +108,13 @@ class SeveralUsersWarning:
 
 
 def check_user_id(user_id: object) -> str:
-    """``user_id`` if it can name a user: a non-blank string on one line of printable text,
-    without spaces around it (" alice" would be another user than "alice" to look the same).
+    """``user_id`` if it can name a user: a non-blank string on one line of printable text.
 
     Raises:
         InvalidInputError: It cannot, naming it.
     """
     if not isinstance(user_id, str) or not user_id.strip():
         raise InvalidInputError(f"user_id must be a non-blank string, got {user_id!r}")
-    if user_id != user_id.strip():
-        raise InvalidInputError(f"user_id {user_id!r} has spaces around it; a user id is "
-                                "written without them")
     _refuse_lone_surrogate(user_id, "user_id")
     bad_character = control_character(user_id)
     if bad_character is not None:
