@@ -340,15 +340,21 @@ HALF_EMOJI = json.loads('"\\ud83c"')  # a lone surrogate, as JSON text can decod
     (lambda m: m.add("The user likes tea.", date="2026-09-01", user_id="bo" + HALF_EMOJI),
      r"user_id 'bo\\ud83c' holds a lone surrogate"),
     (lambda m: m.add("The user likes tea.", date="2026-09-01", metadata={1: "a"}),
-     "metadata key 1 is not text"),
+     "metadata has the key 1, which is not text"),
     (lambda m: m.add("The user likes tea.", date="2026-09-01", metadata=["a"]),
      r"metadata must be a dict, got \['a'\]"),
     (lambda m: m.add("The user likes tea.", date="2026-09-01", metadata={"mood": math.nan}),
-     "metadata 'mood' is nan, which is not JSON"),
+     r"metadata\['mood'\] is nan, which is not JSON"),
     (lambda m: m.add("The user likes tea.", date="2026-09-01", metadata={"raw": b"\xff"}),
-     r"metadata 'raw' is b'\\xff', which is not JSON"),
+     r"metadata\['raw'\] is b'\\xff', which is not JSON"),
     (lambda m: m.add("The user likes tea.", date="2026-09-01", metadata={"tags": {"a"}}),
-     r"metadata 'tags' is \{'a'\}, which is not JSON"),
+     r"metadata\['tags'\] is \{'a'\}, which is not JSON"),
+    (lambda m: m.add("The user likes tea.", date="2026-09-01", metadata={"a": [{1: "x"}]}),
+     r"metadata\['a'\]\[0\] has the key 1, which is not text"),
+    (lambda m: m.add("The user likes tea.", date="2026-09-01", metadata={HALF_EMOJI: "x"}),
+     r"the key of metadata '\\ud83c' holds a lone surrogate"),
+    (lambda m: m.add([{"role": "user", "content": "I like tea."}], metadata={"mood": math.inf}),
+     r"metadata\['mood'\] is inf, which is not JSON"),
     (lambda m: m.add("The user swims daily.", date=""), "not a date: ''"),
     (lambda m: m.forget(m.get_all()[0].node_id), "ids is a list of memory ids, got the string"),
 ])
@@ -361,6 +367,20 @@ def test_input_no_store_keeps_as_given_is_one_line_naming_it(shared, call, messa
     assert "\n" not in str(caught.value)
     assert [n.get_content() for n in shared.get_all()] == ["2026-09-01: The user drinks coffee "
                                                            "black."]
+
+
+def test_dates_and_uuids_in_metadata_are_stored_as_their_text(shared) -> None:
+    import uuid
+    from datetime import date, datetime, timezone
+
+    ref = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    shared.add("The user likes tea.", date="2026-09-01", metadata={
+        "seen": datetime(2026, 9, 1, 8, 30, tzinfo=timezone.utc), "due": date(2026, 9, 2),
+        "refs": [ref], "score": 0.5})
+    (stored,) = shared.get_all()
+    assert {key: stored.metadata[key] for key in ("seen", "due", "refs", "score")} == {
+        "seen": "2026-09-01T08:30:00+00:00", "due": "2026-09-02", "refs": [str(ref)],
+        "score": 0.5}
 
 
 def test_a_user_id_naming_no_user_is_refused_in_nodes_and_forget_filters_too(shared) -> None:

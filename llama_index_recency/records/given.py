@@ -16,6 +16,7 @@ from llama_index_recency.records.nodes import (
     SUPERSEDES_KEY,
     USER_ID_KEY,
     Turn,
+    checked_metadata,
     memory_node,
     quoted,
 )
@@ -77,6 +78,7 @@ def to_add(data: object, default_date: date | datetime | str | None, user: Optio
         raise InvalidInputError(
             f"add takes memories or chat messages, not both in one call: got the message "
             f"{_short(messages[0])} and {_short(other)}; add them in two calls")
+    metadata = None if metadata is None else checked_metadata(metadata)
     if not has_llm:
         raise InvalidInputError(
             f"chat messages need an LLM to extract facts from, and this memory has none: pass "

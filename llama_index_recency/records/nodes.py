@@ -3,8 +3,8 @@ the conversation ``Turn``."""
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import re
 import unicodedata
 import uuid
@@ -199,25 +199,47 @@ def _refuse_lone_surrogate(text: str, what: str) -> None:
                                 "emoji's code); it cannot be stored")
 
 
-def _checked_metadata(metadata: object) -> dict[str, Any]:
-    """``metadata`` as a memory stores it: text keys and JSON values (a NaN, bytes or a set
-    would be stored as something else, or not at all).
+def checked_metadata(metadata: object) -> dict[str, Any]:
+    """``metadata`` as a memory stores it: text keys and JSON values, a date, datetime or UUID
+    as its text (as Qdrant Edge stores one); a NaN, bytes, a set or a number key would be
+    stored as something else, or not at all.
 
     Raises:
-        InvalidInputError: Not a dict, a key that is not text, or a value that is not JSON.
+        InvalidInputError: Not a dict, or a key or value (at any depth) that is neither,
+            naming it.
     """
     if not isinstance(metadata, dict):
         raise InvalidInputError(f"metadata must be a dict, got {_shown(metadata)}")
-    for key, value in metadata.items():
-        if not isinstance(key, str):
-            raise InvalidInputError(f"metadata key {key!r} is not text")
-        try:
-            json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
-        except (TypeError, ValueError):
-            raise InvalidInputError(
-                f"metadata {key!r} is {_shown(value)}, which is not JSON: give text, a "
-                "finite number, true/false, None, or lists and dicts of them") from None
-    return dict(metadata)
+    stored: dict[str, Any] = _stored_value(metadata, "metadata")
+    return stored
+
+
+def _stored_value(value: Any, where: str) -> Any:
+    """``value`` (at ``where`` in the metadata) as stored.
+
+    Raises:
+        InvalidInputError: A key or value JSON has no form for, naming it.
+    """
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                raise InvalidInputError(f"{where} has the key {key!r}, which is not text")
+            _refuse_lone_surrogate(key, f"the key of {where}")
+        return {key: _stored_value(item, f"{where}[{key!r}]") for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_stored_value(item, f"{where}[{index}]") for index, item in enumerate(value)]
+    if isinstance(value, (date, datetime)):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, str):
+        _refuse_lone_surrogate(value, where)
+        return value
+    if value is None or isinstance(value, (bool, int)) or (
+            isinstance(value, float) and math.isfinite(value)):
+        return value
+    raise InvalidInputError(f"{where} is {_shown(value)}, which is not JSON: give text, a "
+                            "finite number, true/false, None, a date, or lists and dicts of them")
 
 
 def with_subject(fact: str, user_name: str) -> str:
@@ -303,7 +325,7 @@ def memory_node(
     iso_date = _iso(memory_date)
     if not allow_future:
         check_not_future(memory_date, reference_date=reference_date)
-    extra = {} if metadata is None else _checked_metadata(metadata)
+    extra = {} if metadata is None else checked_metadata(metadata)
     if date_key in extra:
         raise InvalidInputError(f"metadata already has {date_key!r}; pass the date as memory_date")
     for key, value in ((USER_ID_KEY, user_id), (SUPERSEDES_KEY, supersedes)):
