@@ -387,9 +387,12 @@ def test_calibrate_a_store_without_labels_fits_its_gate_and_ask_uses_it(e5, tmp_
     assert "need --questions" in capsys.readouterr().err
 
     assert main([*argv, "--relevance", "cohort"], embed_model=e5) == 0
+    out = " ".join(capsys.readouterr().out.split())
     saved = re.search(r"saved with \S+: cohort threshold en ([\d.]+), ja ([\d.]+) \(explicit\)",
-                      " ".join(capsys.readouterr().out.split()))
+                      out)
     assert saved is not None
+    # The current gate is in cosines: no share of cohort-unit scores is measured against it.
+    assert re.search(r"at most 5%\); the current gate is in cosine(\+words)? units saved", out)
     assert main(["ask", "What's my favorite food?", "--store", store, "--today", "2026-09-10"],
                 embed_model=e5) == 0
     out = capsys.readouterr().out

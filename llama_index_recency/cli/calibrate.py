@@ -113,9 +113,10 @@ def _calibrate_gate(args: argparse.Namespace, session: Session) -> int:
     with session.store(args.model, location, writes=False) as index:
         if count_memories(index) == 0:
             raise CommandError(f"no memories stored in {location}; there is no gate to fit", 1)
-        base = index_policy(index, reference_date=args.today)
+        current = base = index_policy(index, reference_date=args.today)
         if args.relevance == "cohort" and base.relevance != "cohort":
-            base = base.model_copy(update=COHORT_POLICY)
+            # Its thresholds are cosines: none ranks in cohort units until this fit is saved.
+            base = base.model_copy(update={**COHORT_POLICY, "language_thresholds": {}})
         elif args.relevance == "cosine" and base.relevance != "cosine":
             raise CommandError("the store's policy is in cohort units; a cosine gate needs a "
                                "cosine bonus: calibrate with --questions instead")
@@ -127,8 +128,10 @@ def _calibrate_gate(args: argparse.Namespace, session: Session) -> int:
                 whose = "" if args.user is None else f" for user {args.user!r}"
                 raise CommandError(f"cannot fit the gate on {location}{whose}: {error}",
                                    1) from None
-        session.console.print(literal(f"current gate: {base.gate_description()}"))
-        session.console.print(literal(fit.summary(base)))
+        session.console.print(literal(f"current gate: {current.gate_description()}"))
+        comparable = current.gate_units == base.gate_units
+        session.console.print(literal(fit.summary(base if comparable else None) + (
+            "" if comparable else f"; the current gate is in {current.gate_units} units")))
         if args.save:
             adopted = fit.policy(base)
             save_policy(index, adopted)

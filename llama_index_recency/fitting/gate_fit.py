@@ -118,13 +118,16 @@ class GateFit:
                                        "language_thresholds": dict(self.thresholds),
                                        "threshold_origin": origin})
 
-    def summary(self, current: float | RecencyPolicy) -> str:
+    def summary(self, current: Optional[float | RecencyPolicy]) -> str:
         """One line: the fitted threshold and how the current one fares (a policy: each
-        language's threshold on that language's questions, as it ranks them)."""
+        language's threshold on that language's questions, as it ranks them; None: a gate in
+        other units, which these scores cannot measure)."""
         questions = sum(len(best) for best in self.best.values())
         fitted = (f"gate: threshold {self.threshold:.3g} lets at most "
                   f"{self.bring_up(self.threshold):.1%} of a language's off-topic questions in "
                   f"({questions} asked, at most {self.max_bring_up:.0%})")
+        if current is None:
+            return fitted
         if isinstance(current, RecencyPolicy):
             shares = ", ".join(f"{lang} {threshold:.3g} lets {share:.1%}"
                                for lang, (threshold, share) in self.let_in(current).items())
