@@ -427,7 +427,7 @@ def test_a_user_id_is_taken_as_typed_and_list_shows_whose_memories(tmp_path: Pat
     rows = [[cell.strip() for cell in line.split("│")[1:3]] for line in out.splitlines()
             if "2026-09-0" in line]
     assert f"3 memories in {store}" in out
-    assert sorted(rows) == [["2026-09-01", ""], ["2026-09-01", "alice"], ["2026-09-09", "bob"]]
+    assert sorted(rows) == [["2026-09-01", ""], ["2026-09-01", "alice"], ["2026-09-09", "' bob'"]]
 
 
 BAD_QUESTION_FILES = {

@@ -134,3 +134,42 @@ def test_a_retriever_from_index_takes_the_policys_settings_over_the_stores(e5) -
     rows = retriever.explain("How do I take my coffee?").rows
     assert {row.date for row in rows} == {"2026-08-20", "2026-09-01"}
     assert all(row.bonus > 0 for row in rows)
+
+
+def test_a_server_search_adds_no_index_to_a_collection_another_program_made(
+        app_index, e5, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a server the exact search indexes the date and user fields of its own stores; an
+    app's collection is only read. (Local mode stands in for the server here: no Qdrant
+    server runs in the test suite.)"""
+    from llama_index_recency import open_memory_index
+    from llama_index_recency.querying import exact
+
+    index, client = app_index
+    created: list[str] = []
+    real = client.create_payload_index
+    monkeypatch.setattr(client, "create_payload_index",
+                        lambda name, *args, **kw: created.append(name) or real(name, *args, **kw))
+    monkeypatch.setattr(exact, "is_local", lambda _: False)
+    QdrantRecencyRetriever.from_index(index).retrieve("How do I take my coffee again?")
+    assert created == []
+    ours = open_memory_index(e5, client=client, collection_name="ours")
+    ours.insert_nodes([TextNode(text="Taro likes trains.", metadata={"date": "2026-09-01"})])
+    created.clear()
+    QdrantRecencyRetriever.from_index(ours).retrieve("Do I like trains?")
+    assert created and set(created) == {"ours"}
+
+
+def test_a_named_vector_collection_of_another_size_is_not_adopted(tmp_path: Path) -> None:
+    from llama_index.core import MockEmbedding
+    from qdrant_client import models
+
+    from llama_index_recency import open_memory_index
+    from llama_index_recency.errors import EmbeddingMismatchError
+
+    client = QdrantClient(":memory:")
+    client.create_collection("app", vectors_config={"text-dense": models.VectorParams(
+        size=384, distance=models.Distance.COSINE)})
+    with pytest.raises(EmbeddingMismatchError, match="collection 'app' holds 384-dimensional "
+                       "vectors but 'unknown' makes 8-dimensional ones"):
+        open_memory_index(MockEmbedding(embed_dim=8), client=client, collection_name="app")
+    assert client.get_collection("app").config.metadata is None  # nothing recorded

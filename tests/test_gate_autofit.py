@@ -95,6 +95,23 @@ def test_a_language_with_few_memories_keeps_its_shipped_threshold_until_it_has_e
         assert fitted["thresholds"]["en"] == max(shipped["en"], free.thresholds["en"])
 
 
+def test_no_floor_for_a_model_that_ships_no_policy_or_a_fit_in_other_units(
+        e5, tmp_path: Path) -> None:
+    from llama_index.core import MockEmbedding
+
+    from llama_index_recency.models.factories import COHORT_POLICY
+
+    unknown = open_memory_index(MockEmbedding(embed_dim=8), path=tmp_path / "unknown")
+    unknown.insert_nodes([memory_node("The user likes tea.", "2026-09-01")])
+    assert gate.language_floors(unknown.vector_store, index_policy(unknown)) == {}
+    with RecencyMemory(e5, path=tmp_path / "e5") as memory:
+        memory.add(facts(2))
+        policy = index_policy(memory.index)
+        assert set(gate.language_floors(memory.index.vector_store, policy)) == {"en", "ja"}
+        cohort = policy.model_copy(update=COHORT_POLICY)
+        assert gate.language_floors(memory.index.vector_store, cohort) == {}
+
+
 def test_a_fit_whose_scores_sit_within_the_margin_is_refused_and_says_so() -> None:
     """The share lets one question in, but it sits 0.0004 above the one kept out: keeping
     0.001 clear of that one keeps every question out, so the bank places no gate."""

@@ -207,6 +207,17 @@ def test_missing_date_is_said_once_whatever_the_questions_intent_and_language(
                     "date_key=; further undated nodes are not reported)"]
 
 
+def test_a_policy_copied_by_its_user_warns_for_itself(caplog: pytest.LogCaptureFixture) -> None:
+    policy = RecencyBonusPostprocessor(reference_date=SEED_TODAY)
+    elsewhere = policy.model_copy(update={"date_key": "created_at"})
+    nodes = [candidate(None, 0.5, "undated"), candidate("2026-09-01", 0.46, "dated")]
+    with caplog.at_level(logging.WARNING, logger="llama_index_recency"):
+        elsewhere.explain(nodes)
+        policy.explain(nodes)
+    assert [r.getMessage().split(" (value")[0].split(" has no usable ")[1]
+            for r in caplog.records] == ["'created_at'", "'date'"]
+
+
 def test_missing_date_drop() -> None:
     postprocessor = RecencyBonusPostprocessor(reference_date=SEED_TODAY, on_missing_date="drop")
     ranking = postprocessor.explain([candidate(None, 0.9, "undated"), candidate("2026-09-09", 0.5, "dated")])

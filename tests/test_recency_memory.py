@@ -332,6 +332,8 @@ def test_a_user_id_that_names_no_user_is_refused_by_every_reader_and_writer(
 
 
 HALF_EMOJI = json.loads('"\\ud83c"')  # a lone surrogate, as JSON text can decode to
+LOOP: dict[str, object] = {}
+LOOP["self"] = LOOP
 
 
 @pytest.mark.parametrize("call, message", [
@@ -355,6 +357,8 @@ HALF_EMOJI = json.loads('"\\ud83c"')  # a lone surrogate, as JSON text can decod
      r"the key of metadata '\\ud83c' holds a lone surrogate"),
     (lambda m: m.add([{"role": "user", "content": "I like tea."}], metadata={"mood": math.inf}),
      r"metadata\['mood'\] is inf, which is not JSON"),
+    (lambda m: m.add("The user likes tea.", date="2026-09-01", metadata=LOOP),
+     r"metadata\['self'\] holds itself; metadata must be JSON \(a tree\)"),
     (lambda m: m.add("The user swims daily.", date=""), "not a date: ''"),
     (lambda m: m.forget(m.get_all()[0].node_id), "ids is a list of memory ids, got the string"),
 ])

@@ -175,7 +175,7 @@ def memory_table(title: str, nodes: Sequence[BaseNode], *, ordered: bool = False
     table.add_column("Id", overflow="fold")
     rows = nodes if ordered else sorted(nodes, key=lambda n: str(n.metadata.get("date", "")))
     for node in rows:
-        user = [literal(str(node.metadata.get(USER_ID_KEY) or ""))] if users else []
+        user = [literal(shown_user(str(node.metadata.get(USER_ID_KEY) or "")))] if users else []
         table.add_row(literal(str(node.metadata.get("date", ""))), *user,
                       literal(str(node.metadata.get(DEFAULT_KEY, ""))),
                       literal(node.get_content()), node.node_id)

@@ -39,6 +39,7 @@ from llama_index_recency.ranking.supersession import with_newer_versions
 from llama_index_recency.ranking.vague import is_vague_reference, with_recent
 from llama_index_recency.records.nodes import SeveralUsersWarning
 from llama_index_recency.storage import (
+    EMBEDDING_METADATA_KEY,
     QdrantEdgeVectorStore,
     QuestionScans,
     arun_search,
@@ -46,7 +47,6 @@ from llama_index_recency.storage import (
     fill_terms,
     has_async_client,
     is_local,
-    made_here,
     payload_indexes,
     run_search,
     sync_client,
@@ -86,6 +86,9 @@ class ExactSearch:
         self._vague_window_days = vague_window_days
         self._ready = False
         self._size: Optional[int] = None  # a Qdrant collection's vector size, read once
+        # Whether open_memory_index made the store: only then does a search write to it
+        # (payload indexes on a server, the memories' terms).
+        self._ours = isinstance(self.vector_store, QdrantEdgeVectorStore)
 
     def empty(self) -> RecencyRanking:
         """The ranking of a store with no memory."""
@@ -232,8 +235,9 @@ class ExactSearch:
             return self._ready
         client = sync_client(store)
         if not self._ready and client.collection_exists(store.collection_name):
-            self._size = _dense_size(store, client.get_collection(store.collection_name))
-            if not is_local(client):
+            collection = client.get_collection(store.collection_name)
+            self._size, self._ours = _dense_size(store, collection), _made_here(collection)
+            if self._ours and not is_local(client):
                 for key, schema in payload_indexes(self.policy.date_key):
                     client.create_payload_index(store.collection_name, key, field_schema=schema)
             dated = to_qdrant_filter(self._dated_filters)
@@ -250,8 +254,9 @@ class ExactSearch:
         assert isinstance(store, QdrantVectorStore)
         client = store._aclient
         if not self._ready and await client.collection_exists(store.collection_name):
-            self._size = _dense_size(store, await client.get_collection(store.collection_name))
-            if not is_local(client):
+            collection = await client.get_collection(store.collection_name)
+            self._size, self._ours = _dense_size(store, collection), _made_here(collection)
+            if self._ours and not is_local(client):
                 for key, schema in payload_indexes(self.policy.date_key):
                     await client.create_payload_index(
                         store.collection_name, key, field_schema=schema
@@ -269,7 +274,7 @@ class ExactSearch:
         """Store the terms of the memories that lack them, once, when the lexical signal is on
         (a store another program made is only read: its memories without terms score on
         relevance alone)."""
-        if self._ready and self.policy.reads_words and made_here(self.vector_store):
+        if self._ready and self.policy.reads_words and self._ours:
             fill_terms(self.vector_store)
 
     def _check_counts(self, total: int, dated: int) -> None:
@@ -316,6 +321,12 @@ class ExactSearch:
                 f"({self.embed_model.model_name!r}) but the store holds {size}-dimensional "
                 "vectors: rank it with the model that embedded it")
         return vector
+
+
+def _made_here(collection: Any) -> bool:
+    """Whether ``open_memory_index`` made (or adopted) the Qdrant collection: it records the
+    embedding model in the collection's metadata."""
+    return EMBEDDING_METADATA_KEY in (collection.config.metadata or {})
 
 
 def _dense_size(store: QdrantVectorStore, collection: Any) -> Optional[int]:

@@ -244,13 +244,14 @@ def language_floors(store: BasePydanticVectorStore, policy: RecencyPolicy,
     """Per bank language with fewer than :data:`MIN_LANGUAGE_MEMORIES` memories in the scope,
     the threshold its model ships for it in ``policy``'s units, which its fit may not go
     under: its bank scores far under its own memories, so a threshold fitted without them
-    would let most of it in once they come (none without a shipped policy in those units).
+    would let most of it in once they come (none for a model that ships no policy, or one
+    in other units: a cohort fit, a policy without the question's words).
 
     Raises:
         InvalidInputError: A Qdrant store with only an async client.
     """
     shipped = shipped_policy(store)
-    if shipped.gate_units != policy.gate_units:
+    if shipped is None or shipped.gate_units != policy.gate_units:
         return {}
     written = Counter(nearest_language(lang, BANK_LANGUAGES) for lang in memory_languages(
         vector_store_of(store), scope).elements())

@@ -216,6 +216,7 @@ class RecencyPolicy(OneLineValidation, BaseModel):
             update = {"language_thresholds": {}, "threshold_origin": "explicit", **update}
         copy = super().model_copy(update=update, deep=deep)
         copy.forget_derived()
+        copy._warned = set()  # a policy of its own warns for itself
         return copy
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -288,6 +289,7 @@ class RecencyPolicy(OneLineValidation, BaseModel):
                     != derived.lexical_weight:
                 derived = derived.model_copy(update={
                     "lexical_weight": self.language_lexical_weights[key[0]]})
+            derived._warned = self._warned  # said once for all the questions it ranks
             self._by_question[key] = derived
         return derived
 
@@ -346,9 +348,7 @@ class RecencyPolicy(OneLineValidation, BaseModel):
         else:
             return self
         values = {name: getattr(self, name) for name in RecencyPolicy.model_fields}
-        derived = RecencyPolicy(**{**values, **changes})
-        derived._warned = self._warned  # said once for all the questions it ranks
-        return derived
+        return RecencyPolicy(**{**values, **changes})
 
     def _past_weight(self) -> float:
         """The bonus for a question about the past: ``past_weight``, else ``weight``

@@ -210,24 +210,37 @@ def checked_metadata(metadata: object) -> dict[str, Any]:
     """
     if not isinstance(metadata, dict):
         raise InvalidInputError(f"metadata must be a dict, got {_shown(metadata)}")
-    stored: dict[str, Any] = _stored_value(metadata, "metadata")
+    stored: dict[str, Any] = _stored_value(metadata, "metadata", ())
     return stored
 
 
-def _stored_value(value: Any, where: str) -> Any:
-    """``value`` (at ``where`` in the metadata) as stored.
+_MAX_METADATA_DEPTH = 32
+"""Containers within containers a memory's metadata may hold (JSON itself sets no limit)."""
+
+
+def _stored_value(value: Any, where: str, within: tuple[int, ...]) -> Any:
+    """``value`` (at ``where`` in the metadata, inside the containers ``within``) as stored.
 
     Raises:
-        InvalidInputError: A key or value JSON has no form for, naming it.
+        InvalidInputError: A key or value JSON has no form for, naming it; a container that
+            holds itself, or containers nested too deep.
     """
+    if isinstance(value, (dict, list, tuple)):
+        if id(value) in within:
+            raise InvalidInputError(f"{where} holds itself; metadata must be JSON (a tree)")
+        if len(within) >= _MAX_METADATA_DEPTH:
+            raise InvalidInputError(f"{where} is nested more than {_MAX_METADATA_DEPTH} deep")
+        within = (*within, id(value))
     if isinstance(value, dict):
         for key in value:
             if not isinstance(key, str):
                 raise InvalidInputError(f"{where} has the key {key!r}, which is not text")
             _refuse_lone_surrogate(key, f"the key of {where}")
-        return {key: _stored_value(item, f"{where}[{key!r}]") for key, item in value.items()}
+        return {key: _stored_value(item, f"{where}[{key!r}]", within)
+                for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_stored_value(item, f"{where}[{index}]") for index, item in enumerate(value)]
+        return [_stored_value(item, f"{where}[{index}]", within)
+                for index, item in enumerate(value)]
     if isinstance(value, (date, datetime)):
         return value.isoformat()
     if isinstance(value, uuid.UUID):

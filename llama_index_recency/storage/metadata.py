@@ -168,11 +168,12 @@ def made_here(index: MemoryStore, metadata: Optional[Mapping[str, Any]] = None) 
     return EMBEDDING_METADATA_KEY in (collection_metadata(index) if metadata is None else metadata)
 
 
-def shipped_policy(index: MemoryStore | Mapping[str, Any]) -> RecencyPolicy:
-    """The policy the store's embedding model ships with (``models.CALIBRATED_POLICIES``; else
-    :class:`RecencyPolicy`'s defaults), whatever was fitted or saved since."""
+def shipped_policy(index: MemoryStore | Mapping[str, Any]) -> Optional[RecencyPolicy]:
+    """The policy the store's embedding model ships with (``models.CALIBRATED_POLICIES``),
+    whatever was fitted or saved since; None for a model that ships none."""
     model = (_metadata_of(index).get(EMBEDDING_METADATA_KEY) or {}).get("model")
-    return RecencyPolicy(**CALIBRATED_POLICIES.get(model or "", {}))
+    shipped = CALIBRATED_POLICIES.get(model or "")
+    return None if shipped is None else RecencyPolicy(**shipped)
 
 
 def has_saved_policy(index: MemoryStore | Mapping[str, Any]) -> bool:

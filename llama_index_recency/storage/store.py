@@ -449,11 +449,15 @@ def _check_embedding(
     config = call("get_collection", collection_name).config
     recorded = (config.metadata or {}).get(EMBEDDING_METADATA_KEY)
     if recorded is None:
-        # A collection from before identities were recorded: adopt it if the size fits.
+        # A collection from before identities were recorded, or another program's: adopt it
+        # if its dense vectors (unnamed, or each named one) have the model's size.
         vectors = config.params.vectors
-        if isinstance(vectors, models.VectorParams) and vectors.size != identity["dimensions"]:
+        sizes = {getattr(params, "size", None) for params in (
+            vectors.values() if isinstance(vectors, dict) else [vectors])}
+        if sizes != {identity["dimensions"]}:
+            shown = "/".join(str(size) for size in sorted(sizes, key=str)) or "no dense"
             raise EmbeddingMismatchError(
-                f"collection {collection_name!r} holds {vectors.size}-dimensional vectors but "
+                f"collection {collection_name!r} holds {shown}-dimensional vectors but "
                 f"{identity['model']!r} makes {identity['dimensions']}-dimensional ones"
             )
         call("update_collection", collection_name,
