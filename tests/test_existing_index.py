@@ -173,3 +173,13 @@ def test_a_named_vector_collection_of_another_size_is_not_adopted(tmp_path: Path
                        "vectors but 'unknown' makes 8-dimensional ones"):
         open_memory_index(MockEmbedding(embed_dim=8), client=client, collection_name="app")
     assert client.get_collection("app").config.metadata is None  # nothing recorded
+    # Only the dense vector LlamaIndex searches counts: another named one may be any size.
+    client.create_collection("photos", vectors_config={
+        "text-dense": models.VectorParams(size=8, distance=models.Distance.COSINE),
+        "image": models.VectorParams(size=512, distance=models.Distance.COSINE)})
+    open_memory_index(MockEmbedding(embed_dim=8), client=client, collection_name="photos")
+    client.create_collection("other", vectors_config={"embedding": models.VectorParams(
+        size=8, distance=models.Distance.COSINE)})
+    with pytest.raises(EmbeddingMismatchError, match=r"collection 'other' has no dense vector "
+                       r"named 'text-dense' \(it has \['embedding'\]\)"):
+        open_memory_index(MockEmbedding(embed_dim=8), client=client, collection_name="other")

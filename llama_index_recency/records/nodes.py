@@ -215,7 +215,8 @@ def checked_metadata(metadata: object) -> dict[str, Any]:
 
 
 _MAX_METADATA_DEPTH = 32
-"""Containers within containers a memory's metadata may hold (JSON itself sets no limit)."""
+"""Containers within containers a memory's metadata may hold below its top-level dict (JSON
+itself sets no limit)."""
 
 
 def _stored_value(value: Any, where: str, within: tuple[int, ...]) -> Any:
@@ -228,7 +229,7 @@ def _stored_value(value: Any, where: str, within: tuple[int, ...]) -> Any:
     if isinstance(value, (dict, list, tuple)):
         if id(value) in within:
             raise InvalidInputError(f"{where} holds itself; metadata must be JSON (a tree)")
-        if len(within) >= _MAX_METADATA_DEPTH:
+        if len(within) > _MAX_METADATA_DEPTH:
             raise InvalidInputError(f"{where} is nested more than {_MAX_METADATA_DEPTH} deep")
         within = (*within, id(value))
     if isinstance(value, dict):

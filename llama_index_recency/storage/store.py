@@ -33,6 +33,7 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 from llama_index.vector_stores.qdrant import QdrantVectorStore
+from llama_index.vector_stores.qdrant.base import DEFAULT_DENSE_VECTOR_NAME
 from qdrant_client import AsyncQdrantClient, QdrantClient, models
 
 from llama_index_recency.errors import (
@@ -450,14 +451,19 @@ def _check_embedding(
     recorded = (config.metadata or {}).get(EMBEDDING_METADATA_KEY)
     if recorded is None:
         # A collection from before identities were recorded, or another program's: adopt it
-        # if its dense vectors (unnamed, or each named one) have the model's size.
+        # if the dense vector QdrantVectorStore searches (unnamed, else "text-dense") has the
+        # model's size.
         vectors = config.params.vectors
-        sizes = {getattr(params, "size", None) for params in (
-            vectors.values() if isinstance(vectors, dict) else [vectors])}
-        if sizes != {identity["dimensions"]}:
-            shown = "/".join(str(size) for size in sorted(sizes, key=str)) or "no dense"
+        if isinstance(vectors, dict):
+            if DEFAULT_DENSE_VECTOR_NAME not in vectors:
+                raise EmbeddingMismatchError(
+                    f"collection {collection_name!r} has no dense vector named "
+                    f"{DEFAULT_DENSE_VECTOR_NAME!r} (it has {sorted(vectors)}), the one "
+                    "LlamaIndex's Qdrant store searches")
+            vectors = vectors[DEFAULT_DENSE_VECTOR_NAME]
+        if isinstance(vectors, models.VectorParams) and vectors.size != identity["dimensions"]:
             raise EmbeddingMismatchError(
-                f"collection {collection_name!r} holds {shown}-dimensional vectors but "
+                f"collection {collection_name!r} holds {vectors.size}-dimensional vectors but "
                 f"{identity['model']!r} makes {identity['dimensions']}-dimensional ones"
             )
         call("update_collection", collection_name,
