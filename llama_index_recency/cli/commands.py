@@ -433,8 +433,8 @@ def run_forget(args: argparse.Namespace, session: Session) -> int:
             session.console.print(memory_table(f"{doomed[-1]} to forget in {location}", chosen))
         if waiting:
             doomed.append(_conversations(waiting))
-            session.console.print(literal(f"{doomed[-1]} of user {shown_user(args.user)} waiting in the "
-                                          "outbox (not written yet) to drop"))
+            session.console.print(literal(f"{doomed[-1]} of user {shown_user(args.user)} "
+                                          "waiting in the outbox (not written yet) to drop"))
         if not args.yes and not _confirmed(f"Delete these {' and '.join(doomed)} for good?"):
             session.console.print("nothing deleted")
             return 1
@@ -446,8 +446,8 @@ def run_forget(args: argparse.Namespace, session: Session) -> int:
     finally:
         close_memory_index(store)
     if dropped:
-        session.console.print(literal(f"dropped {_conversations(dropped)} of user {shown_user(args.user)} "
-                                      "waiting in the outbox"))
+        session.console.print(literal(f"dropped {_conversations(dropped)} of user "
+                                      f"{shown_user(args.user)} waiting in the outbox"))
     session.console.print(literal(f"deleted {_memories(deleted)} from {location}"))
     return 0
 

@@ -101,7 +101,8 @@ class GateFit:
     def lets_too_many_in(self, policy: RecencyPolicy) -> bool:
         """Whether ``policy`` (each language's bank met by that language's threshold) lets
         more than ``max_bring_up`` of a language's bank in: its headroom is not above zero."""
-        return any(language_threshold(policy, lang) - best[math.floor(self.max_bring_up * len(best))] <= 0
+        return any(language_threshold(policy, lang)
+                   - best[math.floor(self.max_bring_up * len(best))] <= 0
                    for lang, best in self.best.items())
 
     def let_in(self, policy: RecencyPolicy) -> dict[str, tuple[float, float]]:

@@ -67,8 +67,8 @@ def memory_languages(store: BasePydanticVectorStore,
         shard = store.client
         if shard is None:
             return Counter()
-        return Counter(question_language(point_node(point).get_content())
-                       for point in scroll(shard, point_selection(None, filters), with_vector=False))
+        points = scroll(shard, point_selection(None, filters), with_vector=False)
+        return Counter(question_language(point_node(point).get_content()) for point in points)
     assert isinstance(store, QdrantVectorStore)
     client = sync_client(store)
     languages: Counter[str] = Counter()
