@@ -19,6 +19,7 @@ from llama_index_recency.ranking.lexical import LexicalQuery, question_terms, wi
 from llama_index_recency.ranking.news import about_the_news
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.ranked import RecencyRanking
+from llama_index_recency.ranking.small_talk import about_small_talk
 from llama_index_recency.ranking.supersession import newer_versions_first
 from llama_index_recency.records.nodes import USER_ID_KEY, check_user_id, is_memory_id
 from llama_index_recency.storage import (
@@ -153,8 +154,9 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
     ) -> RecencyRanking:
         """Score every candidate and say which are kept and why (raw, age, bonus, final),
         with the bonus the question's intent calls for and newer versions placed first (none
-        kept for a question about the news). Without ``query_bundle`` the policy ranks as it
-        stands: no intent, words or language's gate, so pass the question a query engine gives.
+        kept for a question about the news or small talk). Without ``query_bundle`` the policy
+        ranks as it stands: no intent, words or language's gate, so pass the question a query
+        engine gives.
 
         Raises:
             InvalidInputError: With ``relevance='cohort'``, no ``query_bundle`` to scale by;
@@ -181,7 +183,10 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
                 partial(lexical.part, weight=policy.lexical_weight))
             ranking = newer_versions_first(ranking, self._with_vectors(nodes), policy, reference,
                                            lexical_part=part)
-        return ranking if query_bundle is None else about_the_news(ranking, query_bundle.query_str)
+        if query_bundle is None:
+            return ranking
+        return about_small_talk(about_the_news(ranking, query_bundle.query_str),
+                                query_bundle.query_str)
 
     def _lexical(self, query_bundle: Optional[QueryBundle],
                  weight: float) -> Optional[LexicalQuery]:

@@ -34,6 +34,7 @@ from llama_index_recency.ranking.plan import (
 )
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.ranked import RecencyRanking
+from llama_index_recency.ranking.small_talk import about_small_talk
 from llama_index_recency.ranking.successors import with_successors
 from llama_index_recency.ranking.supersession import with_newer_versions
 from llama_index_recency.ranking.vague import is_vague_reference, with_recent
@@ -142,25 +143,33 @@ class ExactSearch:
 
     def _lexical(self, question: str) -> Optional[LexicalQuery]:
         """The question's terms weighed in the scope's memories; None when the policy reads
-        cosine alone or the question has no term."""
-        asked = question_terms(question)
-        if self.policy.for_question(question).lexical_weight == 0.0 or not asked:
+        cosine alone, the question has no term, or it is a vague reference (its words name
+        nothing a memory holds: "work" in "Did that work out?" is no subject)."""
+        asked = self._terms(question)
+        if not asked:
             return None
         return LexicalQuery.from_counts(*term_counts(self.vector_store, asked, self.filters))
 
     async def _alexical(self, question: str) -> Optional[LexicalQuery]:
-        asked = question_terms(question)
-        if self.policy.for_question(question).lexical_weight == 0.0 or not asked:
+        asked = self._terms(question)
+        if not asked:
             return None
         assert isinstance(self.vector_store, QdrantVectorStore)
         return LexicalQuery.from_counts(
             *await aterm_counts(self.vector_store, asked, self.filters))
 
+    def _terms(self, question: str) -> list[str]:
+        """The terms the question's words weigh (none for :meth:`_lexical`'s cases)."""
+        if self.policy.for_question(question).lexical_weight == 0.0 \
+                or is_vague_reference(question):
+            return []
+        return list(question_terms(question))
+
     def _steps(self, bundle: QueryBundle, lexical: Optional[LexicalQuery]) -> SearchPlan:
         """The exact ranking with the bonus the question's intent calls for, newer versions
         placed before the older ones they repeat, each superseded memory's newest linked
         successor placed before it, then for a vague reference the recent memories in the
-        places left; for a question about the news, no memory."""
+        places left; for a question about the news or small talk, no memory."""
         policy = self.policy.for_question(bundle.query_str)
         reference = policy.reference()
         ranking = yield from exact_recency_search(policy, reference, self.filters,
@@ -174,8 +183,9 @@ class ExactSearch:
         if self._vague_window_days is not None and is_vague_reference(bundle.query_str):
             ranking = yield from with_recent(ranking, policy, reference, self.filters,
                                              self._vague_window_days)
-        return about_the_news(with_lexical_parts(ranking, lexical, policy.lexical_weight),
-                              bundle.query_str)
+        return about_small_talk(about_the_news(
+            with_lexical_parts(ranking, lexical, policy.lexical_weight), bundle.query_str),
+            bundle.query_str)
 
     def _scale(self, vector: List[float]) -> Optional[QueryScale]:
         """The question's cohort scale when the policy is in cohort units, else None (cosine)."""

@@ -1,0 +1,58 @@
+"""Small talk (a greeting, thanks, the day's weather or date) brings no memory into the prompt;
+a question that goes on past it is a question like any other."""
+
+from __future__ import annotations
+
+import pytest
+from llama_index.core.schema import QueryBundle
+
+from llama_index_recency import QdrantRecencyRetriever, RecencyBonusPostprocessor, open_memory_index
+from llama_index_recency.ranking.small_talk import SMALL_TALK_VERDICT, is_small_talk
+from llama_index_recency.records.examples import EXAMPLE_REFERENCE_DATE, example_memories
+from llama_index_recency.storage import index_policy
+
+SMALL_TALK = ["こんにちは", "こんにちは！", "今日の天気は？", "ありがとう", "おはようございます", "今何時？",
+              "Hello!", "Hi Taro!", "Thanks!", "Thank you so much 😊", "Good morning, how are you?",
+              "What day is it today?", "What's the weather today?", "Bye!"]
+QUESTIONS = ["Thanks! How do I take my coffee?", "Hi, what do I drink these days?",
+             "What was the weather in Hakone?", "What's the weather like in Kyoto?",
+             "こんにちは、最近何飲んでる？", "天気のいい日にどこ行った？", "How do I take my coffee?",
+             "Did that work out?", "Nice hot spring, right?", "How are you and your sister?"]
+
+
+@pytest.mark.parametrize("message", SMALL_TALK)
+def test_small_talk_is_recognised_whole(message: str) -> None:
+    assert is_small_talk(message)
+
+
+@pytest.mark.parametrize("message", QUESTIONS)
+def test_a_message_that_goes_on_past_small_talk_is_a_question(message: str) -> None:
+    assert not is_small_talk(message)
+
+
+@pytest.fixture(scope="module", params=["en", "ja"])
+def bundled(request: pytest.FixtureRequest, e5):
+    index = open_memory_index(e5)
+    index.insert_nodes(example_memories(lang=request.param))
+    return index
+
+
+@pytest.mark.slow
+def test_small_talk_brings_no_memory_where_it_passed_the_gate(bundled) -> None:
+    """On the bundled stores at the shipped gate, 「こんにちは」 and 「今日の天気は？」 brought
+    three memories each into the prompt; every row now says why none is given."""
+    policy = index_policy(bundled, reference_date=EXAMPLE_REFERENCE_DATE)
+    retriever = QdrantRecencyRetriever.from_index(bundled, policy)
+    postprocessor = RecencyBonusPostprocessor.from_index(bundled,
+                                                         reference_date=EXAMPLE_REFERENCE_DATE)
+    rows = []
+    for message in ["こんにちは", "今日の天気は？", "What day is it today?",
+                    "What's the weather today?"]:
+        ranking = retriever.explain(message)
+        assert ranking.nodes == ()
+        rows += ranking.rows
+        candidates = bundled.as_retriever(similarity_top_k=8).retrieve(message)
+        assert postprocessor.explain(candidates, QueryBundle(message)).nodes == ()
+    assert rows and all(row.reason.startswith(SMALL_TALK_VERDICT) for row in rows)
+    assert retriever.explain("Thanks! How do I take my coffee?").nodes or \
+        retriever.explain("ありがとう！コーヒーはどう飲んでる？").nodes
