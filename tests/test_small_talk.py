@@ -9,15 +9,17 @@ from llama_index.core.schema import QueryBundle
 from llama_index_recency import QdrantRecencyRetriever, RecencyBonusPostprocessor, open_memory_index
 from llama_index_recency.ranking.small_talk import SMALL_TALK_VERDICT, is_small_talk
 from llama_index_recency.records.examples import EXAMPLE_REFERENCE_DATE, example_memories
-from llama_index_recency.storage import index_policy
+from llama_index_recency.storage import embedding_of, index_policy
 
-SMALL_TALK = ["こんにちは", "こんにちは！", "今日の天気は？", "ありがとう", "おはようございます", "今何時？",
-              "Hello!", "Hi Taro!", "Thanks!", "Thank you so much 😊", "Good morning, how are you?",
-              "What day is it today?", "What's the weather today?", "Bye!"]
+SMALL_TALK = ["こんにちは", "こんにちはー", "今日の天気は？", "ありがとね", "おはようございます", "今、何時？",
+              "Hello!", "Hi Taro!", "thanks mom", "Thank you so much 😊", "Hello! 👋 How are you?",
+              "What day is it today?", "What’s the date?", "how's the weather?", "Bye!"]
 QUESTIONS = ["Thanks! How do I take my coffee?", "Hi, what do I drink these days?",
              "What was the weather in Hakone?", "What's the weather like in Kyoto?",
              "こんにちは、最近何飲んでる？", "天気のいい日にどこ行った？", "How do I take my coffee?",
-             "Did that work out?", "Nice hot spring, right?", "How are you and your sister?"]
+             "Did that work out?", "Nice hot spring, right?", "How are you and your sister?",
+             # a greeting or "ok" with a topic word is a short question, not a greeting to a name
+             "ok coffee?", "thanks, hakone", "great trip", "morning run?", "hey remember"]
 
 
 @pytest.mark.parametrize("message", SMALL_TALK)
@@ -56,3 +58,13 @@ def test_small_talk_brings_no_memory_where_it_passed_the_gate(bundled) -> None:
     assert rows and all(row.reason.startswith(SMALL_TALK_VERDICT) for row in rows)
     assert retriever.explain("Thanks! How do I take my coffee?").nodes or \
         retriever.explain("ありがとう！コーヒーはどう飲んでる？").nodes
+
+
+def test_a_bank_question_of_small_talk_is_left_out_of_the_fit(bundled) -> None:
+    """It brings nothing whatever the threshold, as a question about the news."""
+    from llama_index_recency.querying.gate import offtopic_best
+
+    policy = index_policy(bundled, reference_date=EXAMPLE_REFERENCE_DATE)
+    best = offtopic_best(bundled.vector_store, embedding_of(bundled), policy,
+                         questions={"en": ["What is the capital of France?", "Hello!"]})
+    assert len(best["en"]) == 1

@@ -305,22 +305,3 @@ async def test_the_memory_block_adds_the_note_for_a_vague_reference() -> None:
 def test_a_pronoun_before_the_other_day_is_still_a_vague_reference(question: str) -> None:
     """"the other day" is a time word, not "the" + content after "that"."""
     assert is_vague_reference(question)
-
-
-@pytest.mark.slow
-def test_a_vague_references_words_weigh_nothing(e5) -> None:
-    """"work" in "Did that work out?" names no subject: with the question's words weighed, the
-    July memory "...before work" led the "most recent ones" the note promises (+0.15)."""
-    from llama_index_recency import index_policy
-    from llama_index_recency.records.examples import EXAMPLE_REFERENCE_DATE, example_memories
-
-    index = open_memory_index(e5)
-    index.insert_nodes(example_memories())
-    policy = index_policy(index, reference_date=EXAMPLE_REFERENCE_DATE)
-    assert policy.for_question("Did that work out?").lexical_weight > 0  # English reads words
-    search = QdrantRecencyRetriever.from_index(index, policy, vague_window_days=14)
-    ranking = search.explain("Did that work out?")
-    assert ranking.vague and all(row.lexical == 0.0 for row in ranking.rows)
-    assert not any("before work" in node.node.get_content() for node in ranking.nodes)
-    content = search.explain("Did the walk before work happen?")  # not vague: words weigh
-    assert not content.vague and any(row.lexical > 0.0 for row in content.rows)

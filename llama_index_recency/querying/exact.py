@@ -143,27 +143,19 @@ class ExactSearch:
 
     def _lexical(self, question: str) -> Optional[LexicalQuery]:
         """The question's terms weighed in the scope's memories; None when the policy reads
-        cosine alone, the question has no term, or it is a vague reference (its words name
-        nothing a memory holds: "work" in "Did that work out?" is no subject)."""
-        asked = self._terms(question)
-        if not asked:
+        cosine alone or the question has no term."""
+        asked = question_terms(question)
+        if self.policy.for_question(question).lexical_weight == 0.0 or not asked:
             return None
         return LexicalQuery.from_counts(*term_counts(self.vector_store, asked, self.filters))
 
     async def _alexical(self, question: str) -> Optional[LexicalQuery]:
-        asked = self._terms(question)
-        if not asked:
+        asked = question_terms(question)
+        if self.policy.for_question(question).lexical_weight == 0.0 or not asked:
             return None
         assert isinstance(self.vector_store, QdrantVectorStore)
         return LexicalQuery.from_counts(
             *await aterm_counts(self.vector_store, asked, self.filters))
-
-    def _terms(self, question: str) -> list[str]:
-        """The terms the question's words weigh (none for :meth:`_lexical`'s cases)."""
-        if self.policy.for_question(question).lexical_weight == 0.0 \
-                or is_vague_reference(question):
-            return []
-        return list(question_terms(question))
 
     def _steps(self, bundle: QueryBundle, lexical: Optional[LexicalQuery]) -> SearchPlan:
         """The exact ranking with the bonus the question's intent calls for, newer versions

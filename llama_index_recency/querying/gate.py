@@ -49,6 +49,7 @@ from llama_index_recency.ranking.intent import question_intent
 from llama_index_recency.ranking.language import nearest_language
 from llama_index_recency.ranking.news import asks_about_the_news
 from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.ranking.small_talk import is_small_talk
 from llama_index_recency.ranking.vague import VAGUE_WINDOW_DAYS
 from llama_index_recency.storage import (
     MemoryVectorStore,
@@ -222,7 +223,8 @@ def offtopic_best(
     identity = embedding_identity(vector_store_of(store)) or {}
     best: dict[str, list[float]] = {}
     for lang, asked in banks.items():
-        texts = [text for text in asked if not asks_about_the_news(text)]  # they bring nothing
+        texts = [text for text in asked  # these bring nothing
+                 if not asks_about_the_news(text) and not is_small_talk(text)]
         vectors = cached_embeddings(embed_model, list(texts), query=True,
                                     dimensions=identity.get("dimensions"))
         for text, vector in zip(texts, vectors, strict=True):

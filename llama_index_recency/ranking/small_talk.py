@@ -19,36 +19,57 @@ from llama_index_recency.ranking.intent import compiled_patterns
 from llama_index_recency.ranking.ranked import RecencyRanking
 
 SMALL_TALK_PATTERNS: list[str] = [
-    # greetings, thanks, goodbyes, acknowledgements; a name may follow a greeting
-    r"(?:hi|hello|hey|hiya|yo|good (?:morning|afternoon|evening|night)|morning|evening"
-    r"|thanks|thank you(?: (?:so|very) much)?|thx|bye|goodbye|good ?bye|see you(?: later"
-    r"| tomorrow| soon)?|ok|okay|cool|nice|great|sure|got it|i see)(?: [a-z][\w'-]*)?",
+    # greetings, thanks, goodbyes, acknowledgements
+    r"hi|hello|hey|hiya|yo|good (?:morning|afternoon|evening|night)|morning|evening"
+    r"|thanks(?: (?:a lot|so much))?|thank you(?: (?:so|very) much)?|thx|bye|goodbye|good ?bye"
+    r"|see you(?: later| tomorrow| soon)?|take care|ok|okay|cool|nice|great|sure|got it|i see",
     r"how are you(?: doing)?(?: today)?|how's it going|what's up",
-    r"こんにちは|こんばんは|おはよう(?:ございます)?|ありがとう(?:ございます)?|どうも"
-    r"|おやすみ(?:なさい)?|またね|じゃあね|よろしく(?:お願いします)?|了解|なるほど"
-    r"|元気(?:ですか|？|\?)?|はい|うん",
+    r"こんにちは|こんばんは|おはよう?(?:ございます)?|ありがと(?:う)?(?:ございます|ね)?|どうも"
+    r"|おやすみ(?:なさい)?|またね|じゃあね|バイバイ|お疲れ(?:様)?|よろしく(?:お願いします)?|了解"
+    r"|なるほど|元気(?:ですか)?|はい|うん",
     # the day itself: its weather, date, day of the week, time
-    r"what(?:'s| is) the weather(?: like)?(?: (?:today|now|tonight))?"
-    r"|what(?:'s| is) (?:the date|today's date)(?: today)?|what day is (?:it|today)(?: today)?"
-    r"|what time is it(?: now)?",
-    r"(?:今日|明日)の天気(?:は|って)?(?:どう)?|今日は何日|今日は何曜日|今何時",
+    r"(?:what's|what is|how's|how is) the weather(?: like)?(?: (?:today|now|tonight))?"
+    r"|what(?:'s| is) (?:the date|today's date|the time)(?: today| now)?"
+    r"|what day is (?:it|today)(?: today)?|what time is it(?: now)?",
+    r"(?:今日|明日)の天気(?:は|って)?(?:どう)?|今日は何日|今日は何曜日|今 ?何時",
 ]
 """Regular expressions (case-insensitive) for a whole message of small talk; a message is
 small talk when it is one or more of them, separated by punctuation or spaces."""
 
+_ADDRESSED = r"(?:hi|hello|hey|good (?:morning|afternoon|evening|night)|thanks|thank you|bye)"
+"""The greetings a name or a form of address may follow ("Hi Taro!", "thanks mom")."""
+
+_ADDRESS = re.compile(
+    rf"\b({_ADDRESSED})[ ,]+(?:[A-Z][\w'-]*|mom|dad|mum|there|guys|everyone|all|buddy|dear)\b",
+    re.IGNORECASE)
+
 SMALL_TALK_VERDICT = "not given: small talk"
 """The verdict on every candidate of a message of small talk."""
 
-_SEPARATORS = re.compile(r"[\s,.!?~…、。！？～・\-]+|[^\w\s']+")
+_SEPARATORS = re.compile(r"[\s,.!?~…、。！？～〜ー・\-]+|[^\w\s']+")
 
 
 def is_small_talk(message: str) -> bool:
-    """True when all of ``message`` (punctuation and emoji aside) is :data:`SMALL_TALK_PATTERNS`."""
-    text = _SEPARATORS.sub(" ", message.lower()).strip()
+    """True when all of ``message`` (punctuation and emoji aside, and a name or form of address
+    after a greeting) is :data:`SMALL_TALK_PATTERNS`."""
+    named = _ADDRESS.sub(_greeting_alone, message.replace("\u2019", "'"))
+    text = " ".join(_SEPARATORS.sub(" ", named.lower()).split())
     if not text:
         return False
     one = "(?:" + compiled_patterns(tuple(SMALL_TALK_PATTERNS)).pattern + ")"
     return re.fullmatch(f"{one}(?: {one})*", text, re.IGNORECASE) is not None
+
+
+def _greeting_alone(match: re.Match[str]) -> str:
+    """The greeting of a greeting and a name; the name only when it is capitalised or a
+    form of address ("ok coffee" and "great trip" keep their words)."""
+    whole, greeting = match.group(0), match.group(1)
+    name = whole[len(greeting):].lstrip(" ,")
+    addressed = name[:1].isupper() or name.lower() in _FORMS_OF_ADDRESS
+    return greeting if addressed else whole
+
+
+_FORMS_OF_ADDRESS = {"mom", "dad", "mum", "there", "guys", "everyone", "all", "buddy", "dear"}
 
 
 def about_small_talk(ranking: RecencyRanking, message: str) -> RecencyRanking:
