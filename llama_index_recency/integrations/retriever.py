@@ -128,8 +128,8 @@ class QdrantRecencyRetriever(BaseRetriever):
         self._min_fit_memories = min_fit_memories
         self._user_id = user_id  # whose gate it follows (None: the store's)
         self._follows_store = False  # set by from_index without a policy
-        self._model: Optional[str] = None  # the index's model, for a store that records none
-        self._overrides: dict[str, Any] = {}  # from_index's settings over the store's policy
+        # from_index's settings over the store's policy, and the index's model
+        self._overrides: dict[str, Any] = {}
         self._adopted: Any = None  # the store's saved policy and gate fit the policy came from
         self._next_try = 0  # fewest memories before this retriever launches a refit again
         self._refit: Optional[Refit] = None
@@ -164,11 +164,10 @@ class QdrantRecencyRetriever(BaseRetriever):
         overrides = {name: kwargs.pop(name) for name in list(kwargs)
                      if name in RecencyPolicy.model_fields}  # e.g. date_key=, top_n=
         # A store another program made records no model: the index's names the shipped policy.
-        model = embed_model.model_name
+        overrides["model"] = embed_model.model_name
         retriever = cls(index.vector_store, embed_model, policy=index_policy(
-            metadata, user_id=user_id, model=model, **overrides), **kwargs)
-        retriever._follows_store, retriever._model = True, model
-        retriever._overrides = overrides
+            metadata, user_id=user_id, **overrides), **kwargs)
+        retriever._follows_store, retriever._overrides = True, overrides
         retriever._adopted = policy_records(metadata, user_id)
         if not made_here(index, metadata):
             _only_read(index.vector_store)
@@ -250,7 +249,7 @@ class QdrantRecencyRetriever(BaseRetriever):
         records = policy_records(metadata, user)
         if records != self._adopted:
             self._search.policy, self._adopted = index_policy(
-                metadata, user_id=user, model=self._model, **self._overrides), records
+                metadata, user_id=user, **self._overrides), records
         if not made_here(store, metadata) or (self._refit is not None
                                               and self._refit.running()):
             return

@@ -40,7 +40,6 @@ from llama_index_recency.ranking.supersession import with_newer_versions
 from llama_index_recency.ranking.vague import is_vague_reference, with_recent
 from llama_index_recency.records.nodes import SeveralUsersWarning
 from llama_index_recency.storage import (
-    EMBEDDING_METADATA_KEY,
     QdrantEdgeVectorStore,
     QuestionScans,
     arun_search,
@@ -48,6 +47,7 @@ from llama_index_recency.storage import (
     fill_terms,
     has_async_client,
     is_local,
+    made_here,
     payload_indexes,
     run_search,
     sync_client,
@@ -238,7 +238,8 @@ class ExactSearch:
         client = sync_client(store)
         if not self._ready and client.collection_exists(store.collection_name):
             collection = client.get_collection(store.collection_name)
-            self._size, self._ours = _dense_size(store, collection), _made_here(collection)
+            self._size = _dense_size(store, collection)
+            self._ours = made_here(store, collection.config.metadata or {})
             if self._ours and not is_local(client):
                 for key, schema in payload_indexes(self.policy.date_key):
                     client.create_payload_index(store.collection_name, key, field_schema=schema)
@@ -257,7 +258,8 @@ class ExactSearch:
         client = store._aclient
         if not self._ready and await client.collection_exists(store.collection_name):
             collection = await client.get_collection(store.collection_name)
-            self._size, self._ours = _dense_size(store, collection), _made_here(collection)
+            self._size = _dense_size(store, collection)
+            self._ours = made_here(store, collection.config.metadata or {})
             if self._ours and not is_local(client):
                 for key, schema in payload_indexes(self.policy.date_key):
                     await client.create_payload_index(
@@ -323,12 +325,6 @@ class ExactSearch:
                 f"({self.embed_model.model_name!r}) but the store holds {size}-dimensional "
                 "vectors: rank it with the model that embedded it")
         return vector
-
-
-def _made_here(collection: Any) -> bool:
-    """Whether ``open_memory_index`` made (or adopted) the Qdrant collection: it records the
-    embedding model in the collection's metadata."""
-    return EMBEDDING_METADATA_KEY in (collection.config.metadata or {})
 
 
 def _dense_size(store: QdrantVectorStore, collection: Any) -> Optional[int]:

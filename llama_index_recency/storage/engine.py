@@ -179,10 +179,12 @@ def stored_vectors(store: BasePydanticVectorStore, ids: Sequence[str]) -> dict[s
     # One unnamed dense vector per point, as this package stores memories; a hybrid
     # collection names its dense one (QdrantVectorStore's ``dense_vector_name``).
     name = str(getattr(store, "dense_vector_name", ""))
-    vectors = ((str(record.id), record.vector) for record in records)  # each read converts
-    return {point: cast(list[float], vector) for point, vector in (
-        (point, vector.get(name) if isinstance(vector, dict) else vector)
-        for point, vector in vectors) if isinstance(vector, list)}
+    vectors: dict[str, list[float]] = {}
+    for record in records:
+        vector = record.vector.get(name) if isinstance(record.vector, dict) else record.vector
+        if isinstance(vector, list):
+            vectors[str(record.id)] = cast(list[float], vector)
+    return vectors
 
 
 def engine_query(

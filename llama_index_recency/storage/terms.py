@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Optional
 
 import qdrant_edge as edge
@@ -71,18 +71,12 @@ def memory_languages(store: BasePydanticVectorStore,
         return Counter(question_language(point_node(point).get_content()) for point in points)
     assert isinstance(store, QdrantVectorStore)
     client = sync_client(store)
-    languages: Counter[str] = Counter()
     if not client.collection_exists(store.collection_name):
-        return languages
+        return Counter()
     selection = None if filters is None else to_qdrant_filter(filters)
-    offset = None
-    while True:
-        records, offset = client.scroll(store.collection_name, scroll_filter=selection,
-                                        limit=BATCH, offset=offset, with_payload=True,
-                                        with_vectors=False)
-        languages.update(question_language(_text(record.payload or {})) for record in records)
-        if offset is None:
-            return languages
+    return Counter(question_language(_text(record.payload or {}))
+                   for records in _pages(client, store.collection_name, selection)
+                   for record in records)
 
 
 def _fill_edge(store: QdrantEdgeVectorStore) -> int:
@@ -102,19 +96,28 @@ def _fill_qdrant(store: QdrantVectorStore) -> int:
         return 0
     lacking = models.Filter(must=[models.IsEmptyCondition(
         is_empty=models.PayloadField(key=TERMS_KEY))])
-    filled, offset = 0, None
-    while True:
-        records, offset = client.scroll(store.collection_name, scroll_filter=lacking,
-                                        limit=BATCH, offset=offset, with_payload=True,
-                                        with_vectors=False)
+    filled = 0
+    for records in _pages(client, store.collection_name, lacking):
         operations = [models.SetPayloadOperation(set_payload=models.SetPayload(
             payload={TERMS_KEY: stored_terms(_text(record.payload or {}))}, points=[record.id]))
             for record in records]
         if operations:
             client.batch_update_points(store.collection_name, operations)
         filled += len(operations)
+    return filled
+
+
+def _pages(client: Any, collection_name: str,
+           selection: Optional[models.Filter]) -> Iterator[list[Any]]:
+    """The points ``selection`` selects, payloads without vectors, :data:`BATCH` at a time
+    (the next page is read once the caller is done with this one)."""
+    offset = None
+    while True:
+        records, offset = client.scroll(collection_name, scroll_filter=selection, limit=BATCH,
+                                        offset=offset, with_payload=True, with_vectors=False)
+        yield records
         if offset is None:
-            return filled
+            return
 
 
 def _text(payload: dict[str, Any]) -> str:
