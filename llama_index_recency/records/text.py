@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import re
 import unicodedata
+from collections.abc import Iterator
 
 from llama_index.core.schema import BaseNode
 
@@ -23,7 +24,8 @@ _ABBREVIATIONS = frozenset(
     "approx etc vs jan feb mar apr jun jul aug sep sept oct nov dec e.g i.e a.m p.m".split()
 )
 """Words that a period follows without ending the sentence ("Dr. Tanaka", "7 a.m. daily");
-so does a single letter (an initial: "J. K. Rowling", "U.S. Army") and "No." before a number."""
+so does a single letter (an initial: "J. K. Rowling", "U.S. Army"; not a digit: "I scored 3.")
+and "No." before a number."""
 
 _DASHES = "-‐‒–—―−˗⁃ー"
 """The hyphen and what reads as one between digits after NFKC (which folds ‑, －, ﹣, ﹘ and ｰ
@@ -80,15 +82,38 @@ def is_one_statement(text: str) -> bool:
     """True when a memory's text, its date prefix aside, is one sentence, as the writer stores a
     fact; a turn of conversation or a document chunk usually says several things. Linear in
     the text's length: a long pasted text costs one pass."""
+    body = _body(text)
+    return bool(body) and next(_sentence_ends(body), None) is None
+
+
+def sentences(text: str, most: int) -> list[str]:
+    """A memory's sentences, its date prefix aside, as :func:`is_one_statement` tells them
+    apart (abbreviations, initials and Japanese quotes kept inside); at most ``most``: the
+    last one holds the rest. Linear in the text's length."""
+    body = _body(text)
+    found: list[str] = []
+    start = 0
+    for end in _sentence_ends(body):
+        if len(found) == most - 1:
+            break
+        found.append(body[start:end].strip())
+        start = end
+    found.append(body[start:].strip())
+    return [sentence for sentence in found if sentence]
+
+
+def _body(text: str) -> str:
     body = text.lstrip()
     prefix = MEMORY_DATE_PREFIX.match(body)
-    body = (body[prefix.end():] if prefix else body).strip()
-    if not body:
-        return False
+    return (body[prefix.end():] if prefix else body).strip()
+
+
+def _sentence_ends(body: str) -> Iterator[int]:
+    """Where each sentence of ``body`` but the last ends (an offset into it)."""
     last_alnum = next((i for i in range(len(body) - 1, -1, -1) if body[i].isalnum()), -1)
     for end in _SENTENCE_END.finditer(body):
         if end.end() > last_alnum:
-            break  # nothing but punctuation or an emoji follows, here and after
+            return  # nothing but punctuation or an emoji follows, here and after
         following = _NEXT_NON_SPACE.search(body, end.end())
         assert following is not None  # an alphanumeric character follows
         first = following.group()
@@ -100,8 +125,7 @@ def is_one_statement(text: str) -> bool:
                 continue
         elif first in _QUOTE_CLOSERS:
             continue  # 「最高だ！」と言った: the quote closes and the sentence goes on
-        return False
-    return True
+        yield end.end()
 
 
 def _abbreviated(word: str, following: str) -> bool:
@@ -109,7 +133,8 @@ def _abbreviated(word: str, following: str) -> bool:
     (``following``: the first character after it that is not a space)."""
     if word == "no":  # "No. 5", not "No. I haven't"
         return following.isdigit()
-    return len(word.rsplit(".", 1)[-1]) == 1 or word in _ABBREVIATIONS
+    last = word.rsplit(".", 1)[-1]
+    return (len(last) == 1 and last.isalpha()) or word in _ABBREVIATIONS
 
 
 def memory_text(node: BaseNode, date_key: str = "date") -> str:
