@@ -17,17 +17,22 @@ from llama_index_recency.models.cohort import relevance_cohort
 from llama_index_recency.querying.gate import STORE_CHECK_SECONDS, StoreReads
 from llama_index_recency.ranking.lexical import LexicalQuery, question_terms, with_lexical_parts
 from llama_index_recency.ranking.news import about_the_news
+from llama_index_recency.ranking.plan import MemorySentences
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.ranked import RecencyRanking
+from llama_index_recency.ranking.sentences import QuestionSentences
 from llama_index_recency.ranking.small_talk import about_small_talk
 from llama_index_recency.ranking.supersession import newer_versions_first
 from llama_index_recency.records.nodes import USER_ID_KEY, check_user_id, is_memory_id
+from llama_index_recency.records.text import is_one_statement
 from llama_index_recency.storage import (
     MemoryVectorStore,
     QdrantEdgeVectorStore,
+    SentenceReader,
     collection_metadata,
     embedding_of,
     index_policy,
+    made_here,
     memory_scope,
     policy_records,
     stored_vectors,
@@ -80,6 +85,7 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
     _reads: Optional[StoreReads] = PrivateAttr(default=None)
     _overrides: dict[str, Any] = PrivateAttr(default_factory=dict)
     _adopted: Any = PrivateAttr(default=None)
+    _sentences: Optional[SentenceReader] = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -145,6 +151,8 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         made._store, made._reads = store, StoreReads(store, check_store_every)
         made._overrides, made._adopted = overrides, policy_records(metadata, user_id)
         made._user_id = user_id
+        made._sentences = SentenceReader(store, own["embed_model"],
+                                         writes=made_here(store, metadata))
         return made
 
     def explain(
@@ -181,8 +189,10 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         if policy.supersede_margin is not None:
             part = None if lexical is None else (
                 partial(lexical.part, weight=policy.lexical_weight))
-            ranking = newer_versions_first(ranking, self._with_vectors(nodes), policy, reference,
-                                           lexical_part=part)
+            candidates = self._with_vectors(nodes)
+            ranking = newer_versions_first(ranking, candidates, policy, reference,
+                                           lexical_part=part,
+                                           sentences=self._sentence_view(candidates, query_bundle))
         if query_bundle is None:
             return ranking
         return about_small_talk(about_the_news(ranking, query_bundle.query_str),
@@ -279,6 +289,24 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         return [n if n.node.embedding else NodeWithScore(
             node=n.node.model_copy(update={"embedding": filled[n.node.node_id]}), score=n.score)
             for n in nodes if n.node.embedding or filled.get(n.node.node_id)]
+
+    def _sentence_view(self, candidates: List[NodeWithScore],
+                       query_bundle: Optional[QueryBundle]) -> Optional[QuestionSentences]:
+        """The question and the sentence vectors of its candidates of several sentences: from
+        the store (:meth:`from_index`), else embedded once by ``embed_model`` (kept in
+        memory, or stored with the memory in a store the package made); None without a
+        question or a model."""
+        several = [c.node for c in candidates if not is_one_statement(c.node.get_content())]
+        if query_bundle is None or not several or self.embed_model is None:
+            return None
+        if self._sentences is None:
+            self._sentences = SentenceReader(None, self.embed_model, writes=False)
+        vector = query_bundle.embedding or self.embed_model.get_agg_embedding_from_queries(
+            query_bundle.embedding_strs)
+        request = MemorySentences(ids=tuple(n.node_id for n in several),
+                                  texts=tuple(n.get_content() for n in several))
+        return QuestionSentences(query_bundle.query_str, vector,
+                                 self._sentences.matrices(request, len(vector)))
 
     def _cohort_scaled(
         self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle]

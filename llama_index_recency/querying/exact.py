@@ -27,6 +27,7 @@ from llama_index_recency.ranking.lexical import (
 )
 from llama_index_recency.ranking.news import about_the_news
 from llama_index_recency.ranking.plan import (
+    MemorySentences,
     SearchPlan,
     dated_filter,
     exact_recency_search,
@@ -42,6 +43,7 @@ from llama_index_recency.records.nodes import SeveralUsersWarning
 from llama_index_recency.storage import (
     QdrantEdgeVectorStore,
     QuestionScans,
+    SentenceReader,
     arun_search,
     aterm_counts,
     fill_terms,
@@ -90,6 +92,7 @@ class ExactSearch:
         # Whether open_memory_index made the store: only then does a search write to it
         # (payload indexes on a server, the memories' terms).
         self._ours = isinstance(self.vector_store, QdrantEdgeVectorStore)
+        self._sentences = SentenceReader(self.vector_store, embed_model, writes=self._ours)
 
     def empty(self) -> RecencyRanking:
         """The ranking of a store with no memory."""
@@ -107,7 +110,7 @@ class ExactSearch:
             return self.empty()
         vector = self._sized(self._embed(bundle))
         lexical = self._lexical(bundle.query_str)
-        return self._drive(self.plan(bundle, lexical), vector, self._scale(vector),
+        return self._drive(self.plan(bundle, vector, lexical), vector, self._scale(vector),
                            self._scans(bundle, vector))
 
     async def arank(self, bundle: QueryBundle) -> RecencyRanking:
@@ -126,19 +129,20 @@ class ExactSearch:
                 return self.empty()
             vector = self._sized(vector)
             lexical = self._lexical(bundle.query_str)
-            return self._drive(self.plan(bundle, lexical), vector, self._scale(vector),
+            return self._drive(self.plan(bundle, vector, lexical), vector, self._scale(vector),
                                self._scans(bundle, vector))
         if not await self._aprepare():
             return self.empty()
         vector = self._sized(await self._aembed(bundle))
         lexical = await self._alexical(bundle.query_str)
-        return await self._adrive(self.plan(bundle, lexical), vector, self._scale(vector))
+        return await self._adrive(self.plan(bundle, vector, lexical), vector, self._scale(vector))
 
-    def plan(self, bundle: QueryBundle, lexical: Optional[LexicalQuery] = None) -> SearchPlan:
+    def plan(self, bundle: QueryBundle, vector: List[float],
+             lexical: Optional[LexicalQuery] = None) -> SearchPlan:
         """The question's search plan (:meth:`_steps`): its repeated link searches answered
         once, every result's relevance its cosine plus its lexical part (with ``lexical``)."""
         return reusing_link_searches(
-            fused(self._steps(bundle, lexical), lexical,
+            fused(self._steps(bundle, vector, lexical), lexical,
                   self.policy.for_question(bundle.query_str).lexical_weight))
 
     def _lexical(self, question: str) -> Optional[LexicalQuery]:
@@ -157,7 +161,8 @@ class ExactSearch:
         return LexicalQuery.from_counts(
             *await aterm_counts(self.vector_store, asked, self.filters))
 
-    def _steps(self, bundle: QueryBundle, lexical: Optional[LexicalQuery]) -> SearchPlan:
+    def _steps(self, bundle: QueryBundle, vector: List[float],
+               lexical: Optional[LexicalQuery]) -> SearchPlan:
         """The exact ranking with the bonus the question's intent calls for, newer versions
         placed before the older ones they repeat, each superseded memory's newest linked
         successor placed before it, then for a vague reference the recent memories in the
@@ -170,7 +175,8 @@ class ExactSearch:
         ranking = with_lexical_parts(ranking, lexical, policy.lexical_weight)
         part = None if lexical is None else (
             partial(lexical.part, weight=policy.lexical_weight))
-        ranking = yield from with_newer_versions(ranking, policy, reference, self.filters, part)
+        ranking = yield from with_newer_versions(ranking, policy, reference, self.filters, part,
+                                                 (bundle.query_str, vector))
         ranking = yield from with_successors(ranking, policy, reference, self.filters)
         if self._vague_window_days is not None and is_vague_reference(bundle.query_str):
             ranking = yield from with_recent(ranking, policy, reference, self.filters,
@@ -203,6 +209,9 @@ class ExactSearch:
         try:
             search = next(plan)
             while True:
+                if isinstance(search, MemorySentences):
+                    search = plan.send(self._sentences.matrices(search, len(vector)))
+                    continue
                 results = run_search(self.vector_store, search, vector,
                                      self.policy.date_key, scale, scans)
                 if self._several_users is not None:
@@ -217,6 +226,9 @@ class ExactSearch:
         try:
             search = next(plan)
             while True:
+                if isinstance(search, MemorySentences):
+                    search = plan.send(await self._sentences.amatrices(search, len(vector)))
+                    continue
                 results = await arun_search(self.vector_store, search, vector,
                                             self.policy.date_key, scale)
                 if self._several_users is not None:
@@ -239,7 +251,7 @@ class ExactSearch:
         if not self._ready and client.collection_exists(store.collection_name):
             collection = client.get_collection(store.collection_name)
             self._size = _dense_size(store, collection)
-            self._ours = made_here(store, collection.config.metadata or {})
+            self._ours = self._sentences.writes = made_here(store, collection.config.metadata or {})
             if self._ours and not is_local(client):
                 for key, schema in payload_indexes(self.policy.date_key):
                     client.create_payload_index(store.collection_name, key, field_schema=schema)
@@ -259,7 +271,7 @@ class ExactSearch:
         if not self._ready and await client.collection_exists(store.collection_name):
             collection = await client.get_collection(store.collection_name)
             self._size = _dense_size(store, collection)
-            self._ours = made_here(store, collection.config.metadata or {})
+            self._ours = self._sentences.writes = made_here(store, collection.config.metadata or {})
             if self._ours and not is_local(client):
                 for key, schema in payload_indexes(self.policy.date_key):
                     await client.create_payload_index(

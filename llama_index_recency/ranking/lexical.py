@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Optional, TypeVar
@@ -160,17 +160,21 @@ def with_lexical_parts(ranking: RecencyRanking, lexical: Optional[LexicalQuery],
         for row, part in zip(ranking.rows, parts, strict=True)))
 
 
-def fused(plan: Generator[Any, Sequence[NodeWithScore], T], lexical: Optional[LexicalQuery],
-          weight: float) -> Generator[Any, Sequence[NodeWithScore], T]:
+def fused(plan: Generator[Any, Any, T], lexical: Optional[LexicalQuery],
+          weight: float) -> Generator[Any, Any, T]:
     """``plan`` receiving every search's results with ``weight`` times their share added
     to their cosine (the same order: each search's limit-th cosine is recovered with
-    :meth:`LexicalQuery.share_of`); ``plan`` itself without a question's terms or weight."""
+    :meth:`LexicalQuery.share_of`), other replies as they are; ``plan`` itself without a
+    question's terms or weight."""
     if lexical is None or weight == 0.0:
         return (yield from plan)
     try:
         search = next(plan)
         while True:
             results = yield search
+            if isinstance(results, dict):  # sentence matrices, not a search's results
+                search = plan.send(results)
+                continue
             search = plan.send([
                 NodeWithScore(node=r.node, score=(r.score or 0.0) + weight * lexical.share_of(r.node))
                 for r in results])

@@ -27,7 +27,7 @@ import math
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from llama_index.core.schema import NodeWithScore
 from llama_index.core.vector_stores.types import (
@@ -107,6 +107,21 @@ class MemorySearch:
         return MetadataFilters(filters=conditions, condition=FilterCondition.AND)
 
 
+@dataclass(frozen=True)
+class MemorySentences:
+    """The sentence vectors of the memories ``ids`` (``texts``: their contents): the reply maps
+    each id to its matrix, a row per sentence of
+    :func:`~llama_index_recency.ranking.sentences.memory_sentences`, as stored with it or
+    embedded once; a memory left out of the reply takes no part."""
+
+    ids: tuple[str, ...]
+    texts: tuple[str, ...]
+
+
+Request = Union[MemorySearch, MemorySentences]
+"""What a plan asks its engine for."""
+
+
 def dated_filter(date_key: str) -> MetadataFilters:
     """Memories whose ``date_key`` holds a readable datetime."""
     return MetadataFilters(filters=[_date_since(date_key, EARLIEST_DATE)])
@@ -119,8 +134,9 @@ def _date_since(date_key: str, iso: str) -> MetadataFilter:
 SetKey = Union[int, str]
 """A searched set: 0 every memory, j >= 1 tier j, a string the memories holding that term."""
 
-SearchPlan = Generator[MemorySearch, Sequence[NodeWithScore], RecencyRanking]
-"""Yields searches, receives each one's results (best raw cosine first), returns the ranking."""
+SearchPlan = Generator[Request, Any, RecencyRanking]
+"""Yields requests and receives each one's reply: a search's results (best raw cosine first),
+the sentence matrices by id; returns the ranking."""
 
 
 def reusing_link_searches(plan: SearchPlan) -> SearchPlan:
@@ -136,7 +152,8 @@ def reusing_link_searches(plan: SearchPlan) -> SearchPlan:
                 search = plan.send(reused)
                 continue
             results = yield search
-            if search.linked is not None and len(results) < search.limit:
+            if isinstance(search, MemorySearch) and search.linked is not None \
+                    and len(results) < search.limit:
                 complete.append((search, results))
             search = plan.send(results)
     except StopIteration as done:
@@ -144,8 +161,8 @@ def reusing_link_searches(plan: SearchPlan) -> SearchPlan:
 
 
 def _answered_by(complete: Sequence[tuple[MemorySearch, Sequence[NodeWithScore]]],
-                 search: MemorySearch) -> Optional[list[NodeWithScore]]:
-    if search.linked is None:
+                 search: Request) -> Optional[list[NodeWithScore]]:
+    if not isinstance(search, MemorySearch) or search.linked is None:
         return None
     key, ids = search.linked
     wanted = set(ids)

@@ -35,12 +35,15 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_recency.ranking.plan import (
     MemorySearch,
+    MemorySentences,
     SearchPlan,
     candidate_floor,
     linked_memories,
 )
-from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.ranking.policy import RecencyPolicy, age_in_days
 from llama_index_recency.ranking.ranked import RankedMemory, RecencyRanking
+from llama_index_recency.ranking.sentences import QuestionSentences, sentence_versions
+from llama_index_recency.records.dates import parse_memory_date
 from llama_index_recency.records.nodes import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY
 from llama_index_recency.records.text import is_one_statement
 
@@ -51,10 +54,12 @@ def with_newer_versions(
     reference: datetime,
     filters: Optional[MetadataFilters] = None,
     lexical_part: Optional[Callable[[str], float]] = None,
+    question: Optional[tuple[str, Sequence[float]]] = None,
 ) -> SearchPlan:
     """A plan step: the question's top ``supersede_window`` candidates with their vectors (and
-    the ranking's other rows) and the memories whose ``supersedes`` names one of them, then
-    :func:`newer_versions_first` over them."""
+    the ranking's other rows), the sentence vectors of those of several sentences (with
+    ``question``: its text and vector) and the memories whose ``supersedes`` names one of
+    them, then :func:`newer_versions_first` over them."""
     if policy.supersede_margin is None or all(row.age_days is None for row in ranking.rows):
         return ranking
     window = list((yield MemorySearch(limit=policy.supersede_window, filters=filters,
@@ -66,7 +71,14 @@ def with_newer_versions(
                                       with_vectors=True))
     named = tuple(sorted(candidate.node.node_id for candidate in window))
     successors = yield from linked_memories(SUPERSEDES_KEY, named, filters)
-    return newer_versions_first(ranking, window, policy, reference, successors, lexical_part)
+    asked = None
+    several = [c.node for c in window if not _one_statement(c.node.get_content())]
+    if question is not None and several:
+        matrices = yield MemorySentences(ids=tuple(n.node_id for n in several),
+                                         texts=tuple(n.get_content() for n in several))
+        asked = QuestionSentences(question[0], question[1], matrices)
+    return newer_versions_first(ranking, window, policy, reference, successors, lexical_part,
+                                asked)
 
 
 def newer_versions_first(
@@ -76,6 +88,7 @@ def newer_versions_first(
     reference: datetime,
     successors: Sequence[NodeWithScore] = (),
     lexical_part: Optional[Callable[[str], float]] = None,
+    sentences: Optional[QuestionSentences] = None,
 ) -> RecencyRanking:
     """``ranking`` with each newer version placed right before the older one it nearly repeats.
 
@@ -85,7 +98,9 @@ def newer_versions_first(
     that link only). Candidates that could pass and are not rows yet become rows. Without
     ``supersede_margin``, fewer than three vectors or no spread among them, ``ranking`` is
     returned as it is. ``lexical_part`` gives a candidate's lexical part by id (the rows
-    carry theirs), which the margin leaves out.
+    carry theirs), which the margin leaves out. With ``sentences`` (the question and the
+    sentence vectors of candidates of several sentences), those are paired by their
+    sentences too (:mod:`~llama_index_recency.ranking.sentences`).
     """
     margin = policy.supersede_margin
     if margin is None:
@@ -95,7 +110,14 @@ def newer_versions_first(
         return ranking
     window = sorted(nodes.values(), key=lambda c: (-(c.score or 0.0), c.node.node_id))
     window = window[: max(policy.supersede_window, len(ranking.rows))]
-    nearest = _with_links(_between_statements(window, policy.supersede_z), window, successors)
+    by_vectors = _between_statements(window, policy.supersede_z)
+    if sentences is not None:
+        several = {c.node.node_id for c in window if not _one_statement(c.node.get_content())}
+        ages = {c.node.node_id: _age(c.node.metadata.get(policy.date_key), reference)
+                for c in window}
+        by_vectors = {**sentence_versions(window, several, sentences, ages, policy.supersede_z),
+                      **by_vectors}
+    nearest = _with_links(by_vectors, window, successors)
     if not nearest:
         return ranking
     partners = {nearest[row.node_id] for row in ranking.rows if row.node_id in nearest}
@@ -108,6 +130,14 @@ def newer_versions_first(
     admitted = {newer for newer, older in moves if final[older] >= policy.threshold}
     selected = policy.select([(nodes[row.node_id], row) for row in order], admitted=admitted)
     return replace(ranking, rows=selected.rows, nodes=selected.nodes)
+
+
+def _age(value: object, reference: datetime) -> Optional[float]:
+    """A memory's age in days from its stored date; None without a readable one."""
+    try:
+        return age_in_days(parse_memory_date(value), reference)
+    except ValueError:
+        return None
 
 
 def _versions(window: Sequence[NodeWithScore], z: float) -> dict[str, str]:

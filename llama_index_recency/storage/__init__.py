@@ -73,6 +73,11 @@ from llama_index_recency.storage.outbox import (
     Outbox,
     outbox_path,
 )
+from llama_index_recency.storage.sentences import (
+    SentenceReader,
+    sentence_payloads,
+    write_sentences,
+)
 from llama_index_recency.storage.store import (
     aget_memories,
     check_memory_store,
@@ -142,11 +147,14 @@ __all__ = [
     "save_gate_fit",
     "save_gate_refusal",
     "save_policy",
+    "SentenceReader",
+    "sentence_payloads",
     "stored_vectors",
     "sync_client",
     "term_counts",
     "to_edge_filter",
     "to_qdrant_filter",
     "vector_store_of",
+    "write_sentences",
     "write_terms",
 ]

