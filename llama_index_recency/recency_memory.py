@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from datetime import date, datetime
 from types import TracebackType
 from typing import Any, Optional
 
@@ -34,9 +33,18 @@ from llama_index_recency.querying.gate import (
 )
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.ranked import RecencyRanking
-from llama_index_recency.records.given import Message, as_turn, check_limit, check_question, to_add
-from llama_index_recency.records.nodes import check_user_id
+from llama_index_recency.records.given import (
+    Fact,
+    MemoryDate,
+    Message,
+    as_turn,
+    call_user,
+    check_limit,
+    check_question,
+    to_add,
+)
 from llama_index_recency.storage import (
+    check_open_options,
     close_memory_index,
     get_memories,
     get_memory,
@@ -56,10 +64,6 @@ from llama_index_recency.writing.updates import (
     update_memory,
 )
 from llama_index_recency.writing.writer import Turn, extract_memories, remember
-
-MemoryDate = date | datetime | str
-Fact = tuple[str, MemoryDate]
-"""A fact to store and its date: ``("The user has switched to green tea.", "2026-09-09")``."""
 
 
 class RecencyMemory:
@@ -106,7 +110,8 @@ class RecencyMemory:
 
         Raises:
             InvalidInputError: ``index`` given with the arguments that open one; ``path`` and
-                ``url`` both given; a ``collection_name`` that is not a plain name.
+                ``url`` both given; a ``collection_name`` that is not a plain name; an
+                argument neither takes.
             MemoryStorePathError: ``path`` is a file, not a directory.
             MemoryStoreLockedError: The embedded store is open in another process.
             MemoryStoreUnreachableError: The server at ``url`` does not answer.
@@ -120,12 +125,13 @@ class RecencyMemory:
                 raise InvalidInputError(f"RecencyMemory takes an open index or what opens one, not "
                                         f"both: got index and {', '.join(given)}")
         else:
+            check_open_options(open_options)
             index = open_memory_index(embed_model or offline_embedding(), path=path, url=url,
                                       api_key=api_key, **open_options)
         self.index: VectorStoreIndex = index
         """The memory index (a ``VectorStoreIndex`` over the store)."""
         self._policy = policy
-        self.user_id = None if user_id is None else check_user_id(user_id)
+        self.user_id = call_user(None, user_id)
         self.user_name, self.llm = user_name, llm
         self.min_fit_memories = min_fit_memories
         self._searchers: dict[tuple[Optional[str], int], tuple[Any, QdrantRecencyRetriever]] = {}
@@ -491,10 +497,4 @@ class RecencyMemory:
         return chosen
 
     def _user(self, user_id: Optional[str]) -> Optional[str]:
-        """The user a call is for: ``user_id``, else this object's (InvalidInputError for one
-        that is not a non-blank line of text, or not the user this object is bound to)."""
-        if user_id is None:
-            return self.user_id
-        if self.user_id is not None and user_id != self.user_id:
-            raise InvalidInputError(f"this memory is bound to user {self.user_id!r}, not {user_id!r}")
-        return check_user_id(user_id)
+        return call_user(self.user_id, user_id)

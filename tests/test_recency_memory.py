@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from llama_index_recency.errors import MemoryNotFoundError, MemoryStoreLockedError, RecencyError
+from llama_index_recency.errors import (
+    InvalidInputError,
+    MemoryNotFoundError,
+    MemoryStoreLockedError,
+    RecencyError,
+)
 from llama_index_recency.models.factories import openai_like_llm
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.recency_memory import RecencyMemory
@@ -421,3 +426,8 @@ def test_an_unbound_objects_chat_engine_answers_from_the_user_it_is_made_for(sha
     bound = RecencyMemory(index=shared.index, user_id="bob")
     with pytest.raises(RecencyError, match="bound to user 'bob', not 'alice'"):
         bound.chat_engine(llm=llm, user_id="alice")
+
+
+def test_an_argument_no_store_takes_is_refused_by_name(tmp_path) -> None:
+    with pytest.raises(InvalidInputError, match=r"unknown argument 'reference_date'.*policy="):
+        RecencyMemory(path=tmp_path / "store", reference_date="2026-09-01")

@@ -16,10 +16,15 @@ from llama_index_recency.records.nodes import (
     SUPERSEDES_KEY,
     USER_ID_KEY,
     Turn,
+    check_user_id,
     checked_metadata,
     memory_node,
     quoted,
 )
+
+MemoryDate = date | datetime | str
+Fact = tuple[str, MemoryDate]
+"""A fact to store and its date: ``("The user has switched to green tea.", "2026-09-09")``."""
 
 Message = Union[dict[str, Any], ChatMessage, Turn]
 """A chat message: ``{"role": "user", "content": "..."}``, a LlamaIndex ``ChatMessage`` or a
@@ -219,3 +224,16 @@ def check_limit(limit: object) -> None:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
                               or limit < 1):
         raise InvalidInputError(f"limit must be a whole number >= 1, got {limit!r}")
+
+
+def call_user(bound: Optional[str], user_id: Optional[str]) -> Optional[str]:
+    """The user a call on an object bound to ``bound`` is for: ``user_id``, else ``bound``.
+
+    Raises:
+        InvalidInputError: ``user_id`` is not a non-blank line of text, or not ``bound``.
+    """
+    if user_id is None:
+        return bound
+    if bound is not None and user_id != bound:
+        raise InvalidInputError(f"this memory is bound to user {bound!r}, not {user_id!r}")
+    return check_user_id(user_id)

@@ -81,6 +81,7 @@ from llama_index_recency.storage.sentences import (
 from llama_index_recency.storage.store import (
     aget_memories,
     check_memory_store,
+    check_open_options,
     close_memory_index,
     count_memories,
     delete_memories,
@@ -99,6 +100,7 @@ __all__ = [
     "aterm_counts",
     "check_collection_name",
     "check_memory_store",
+    "check_open_options",
     "close_memory_index",
     "collection_metadata",
     "Conversation",

@@ -15,13 +15,14 @@ and mixing them would silently corrupt retrieval.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import shutil
 import tempfile
 import warnings
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
@@ -87,6 +88,21 @@ __all__ = [
     "qdrant_selection",
     "select_nodes",
 ]
+
+
+def check_open_options(options: Mapping[str, Any]) -> None:
+    """Refuse, by name, an argument that :func:`open_memory_index` does not take.
+
+    Raises:
+        InvalidInputError: An unknown argument.
+    """
+    known = [name for name in inspect.signature(open_memory_index).parameters
+             if name != "embed_model"]
+    for name in options:
+        if name not in known:
+            raise InvalidInputError(
+                f"unknown argument {name!r}: a store opens with {', '.join(known)}; ranking "
+                "settings go in policy=RecencyPolicy(...)")
 
 
 def open_memory_index(
