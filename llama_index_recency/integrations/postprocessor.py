@@ -31,6 +31,7 @@ from llama_index_recency.storage import (
     SentenceReader,
     collection_metadata,
     embedding_of,
+    fill_sentences,
     index_policy,
     made_here,
     memory_scope,
@@ -151,8 +152,9 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         made._store, made._reads = store, StoreReads(store, check_store_every)
         made._overrides, made._adopted = overrides, policy_records(metadata, user_id)
         made._user_id = user_id
-        made._sentences = SentenceReader(store, own["embed_model"],
-                                         writes=made_here(store, metadata))
+        made._sentences = SentenceReader(store)
+        if made_here(store, metadata) and made.supersede_margin is not None:
+            fill_sentences(store, own["embed_model"])  # what plain insert_nodes left without
         return made
 
     def explain(
@@ -292,19 +294,16 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
 
     def _sentence_view(self, candidates: List[NodeWithScore],
                        query_bundle: Optional[QueryBundle]) -> Optional[QuestionSentences]:
-        """The question and the sentence vectors of its candidates of several sentences: from
-        the store (:meth:`from_index`), else embedded once by ``embed_model`` (kept in
-        memory, or stored with the memory in a store the package made); None without a
-        question or a model."""
+        """The question and the stored sentence vectors of its candidates of several
+        sentences (from :meth:`from_index`); None without the store or the question's vector
+        (a retriever sets it), so nothing is embedded here."""
         several = [c.node for c in candidates if not is_one_statement(c.node.get_content())]
-        if query_bundle is None or not several or self.embed_model is None:
+        if self._sentences is None or query_bundle is None or not query_bundle.embedding \
+                or not several:
             return None
-        if self._sentences is None:
-            self._sentences = SentenceReader(None, self.embed_model, writes=False)
-        vector = query_bundle.embedding or self.embed_model.get_agg_embedding_from_queries(
-            query_bundle.embedding_strs)
         request = MemorySentences(ids=tuple(n.node_id for n in several),
                                   texts=tuple(n.get_content() for n in several))
+        vector = query_bundle.embedding
         return QuestionSentences(query_bundle.query_str, vector,
                                  self._sentences.matrices(request, len(vector)))
 

@@ -46,6 +46,7 @@ from llama_index_recency.storage import (
     SentenceReader,
     arun_search,
     aterm_counts,
+    fill_sentences,
     fill_terms,
     has_async_client,
     is_local,
@@ -92,7 +93,7 @@ class ExactSearch:
         # Whether open_memory_index made the store: only then does a search write to it
         # (payload indexes on a server, the memories' terms).
         self._ours = isinstance(self.vector_store, QdrantEdgeVectorStore)
-        self._sentences = SentenceReader(self.vector_store, embed_model, writes=self._ours)
+        self._sentences = SentenceReader(self.vector_store)
 
     def empty(self) -> RecencyRanking:
         """The ranking of a store with no memory."""
@@ -251,7 +252,7 @@ class ExactSearch:
         if not self._ready and client.collection_exists(store.collection_name):
             collection = client.get_collection(store.collection_name)
             self._size = _dense_size(store, collection)
-            self._ours = self._sentences.writes = made_here(store, collection.config.metadata or {})
+            self._ours = made_here(store, collection.config.metadata or {})
             if self._ours and not is_local(client):
                 for key, schema in payload_indexes(self.policy.date_key):
                     client.create_payload_index(store.collection_name, key, field_schema=schema)
@@ -271,7 +272,7 @@ class ExactSearch:
         if not self._ready and await client.collection_exists(store.collection_name):
             collection = await client.get_collection(store.collection_name)
             self._size = _dense_size(store, collection)
-            self._ours = self._sentences.writes = made_here(store, collection.config.metadata or {})
+            self._ours = made_here(store, collection.config.metadata or {})
             if self._ours and not is_local(client):
                 for key, schema in payload_indexes(self.policy.date_key):
                     await client.create_payload_index(
@@ -287,11 +288,15 @@ class ExactSearch:
         return self._ready
 
     def _fill_terms(self) -> None:
-        """Store the terms of the memories that lack them, once, when the lexical signal is on
-        (a store another program made is only read: its memories without terms score on
-        relevance alone)."""
-        if self._ready and self.policy.reads_words and self._ours:
-            fill_terms(self.vector_store)
+        """Store the terms of the memories that lack them, once, when the lexical signal is on,
+        and their sentence vectors when newer versions are placed first (a store another
+        program made is only read: its memories without them score on relevance alone and
+        are paired by their own vectors)."""
+        if self._ready and self._ours:
+            if self.policy.reads_words:
+                fill_terms(self.vector_store)
+            if self.policy.supersede_margin is not None:
+                fill_sentences(self.vector_store, self.embed_model)
 
     def _check_counts(self, total: int, dated: int) -> None:
         """Ready once there is a memory; a store of undated points is someone else's."""

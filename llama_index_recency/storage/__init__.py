@@ -21,6 +21,7 @@ from llama_index_recency.storage.access import (
 from llama_index_recency.storage.edge import (
     QdrantEdgeVectorStore,
 )
+from llama_index_recency.storage.edge_points import sentence_payloads
 from llama_index_recency.storage.engine import (
     QuestionScans,
     arun_search,
@@ -75,7 +76,7 @@ from llama_index_recency.storage.outbox import (
 )
 from llama_index_recency.storage.sentences import (
     SentenceReader,
-    sentence_payloads,
+    fill_sentences,
     write_sentences,
 )
 from llama_index_recency.storage.store import (
@@ -112,6 +113,7 @@ __all__ = [
     "embedding_identity",
     "EMBEDDING_METADATA_KEY",
     "embedding_of",
+    "fill_sentences",
     "fill_terms",
     "forgotten_at",
     "FORGOTTEN_METADATA_KEY",

@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Optional
 
 import qdrant_edge as edge
+from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, TextNode
 from llama_index.core.vector_stores.types import MetadataFilters, VectorStoreQuery
 from llama_index.core.vector_stores.utils import (
@@ -19,6 +20,8 @@ from pydantic_core import PydanticSerializationError
 
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.ranking.lexical import TERMS_KEY, stored_terms
+from llama_index_recency.ranking.sentences import SENTENCES_KEY, encoded, memory_sentences
+from llama_index_recency.records.text import is_one_statement
 from llama_index_recency.storage.filters import to_edge_filter
 
 DOCUMENT_ID_KEY = "doc_id"
@@ -46,7 +49,8 @@ def point_id(node_id: str) -> str:
 
 def node_point(node: BaseNode, *, flat_metadata: bool) -> tuple[str, list[float], dict[str, Any]]:
     """``node`` as an Edge point ``(id, vector, payload)``, its payload as ``QdrantVectorStore``
-    writes it, with the node's terms (:data:`~llama_index_recency.ranking.lexical.TERMS_KEY`).
+    writes it, with the node's terms (:data:`~llama_index_recency.ranking.lexical.TERMS_KEY`)
+    and, for a node of one sentence, the mark that it needs no sentence vectors.
 
     Raises:
         InvalidInputError: The node's id is not a UUID, it has no embedding, or its metadata
@@ -63,7 +67,25 @@ def node_point(node: BaseNode, *, flat_metadata: bool) -> tuple[str, list[float]
             f"node {node.node_id} has metadata that is not JSON: {error}"
         ) from None
     payload[TERMS_KEY] = stored_terms(node.get_content())
+    if is_one_statement(node.get_content()):  # its own vector serves: none to embed
+        payload[SENTENCES_KEY] = encoded([], node.get_content())
     return identifier, node.embedding, payload
+
+
+def sentence_payloads(embed_model: BaseEmbedding,
+                      memories: Sequence[tuple[str, str]]) -> list[tuple[str, dict[str, Any]]]:
+    """``(id, payload fields)`` with the sentence vectors of each of ``memories`` (id, text):
+    those of several sentences embedded in one batch, the others marked as needing none."""
+    split = [(identifier, text, [] if is_one_statement(text) else memory_sentences(text))
+             for identifier, text in memories]
+    flat = [t for _, _, texts in split for t in texts]
+    vectors = embed_model.get_text_embedding_batch(flat) if flat else []
+    payloads, start = [], 0
+    for identifier, text, texts in split:
+        rows = vectors[start:start + len(texts)] if len(texts) > 1 else []
+        payloads.append((identifier, {SENTENCES_KEY: encoded(rows, text)}))
+        start += len(texts)
+    return payloads
 
 
 def check_sizes(points: Sequence[tuple[str, list[float], Any]], dimensions: Optional[int],

@@ -28,8 +28,7 @@ from llama_index_recency.ranking.plan import MemorySearch
 from llama_index_recency.records.nodes import SUPERSEDES_KEY, USER_ID_KEY
 from llama_index_recency.storage.edge import QdrantEdgeVectorStore
 from llama_index_recency.storage.edge_points import point_id
-from llama_index_recency.storage.filters import to_qdrant_filter
-from llama_index_recency.storage.store import qdrant_selection
+from llama_index_recency.storage.filters import qdrant_selection, to_qdrant_filter
 
 
 def run_search(store: BasePydanticVectorStore, search: MemorySearch, vector: list[float],

@@ -287,3 +287,14 @@ def _rfc3339(item: MetadataFilter) -> str:
         moment = moment.replace(tzinfo=timezone.utc)
     return moment.isoformat()
 
+
+def qdrant_selection(
+    ids: Optional[Sequence[str]], filters: Optional[MetadataFilters]
+) -> Optional[models.Filter]:
+    """The points with these ``ids`` (all without) that ``filters`` selects, as a Qdrant filter."""
+    must: list[Any] = []
+    if ids is not None:
+        must.append(models.HasIdCondition(has_id=list(ids)))
+    if filters is not None and filters.filters:
+        must.append(to_qdrant_filter(filters))
+    return models.Filter(must=must) if must else None

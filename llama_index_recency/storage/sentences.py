@@ -1,55 +1,37 @@
 """Each memory's sentence vectors in the store: written with the memories the package writes,
-embedded once for any other (a memory stored by plain ``insert_nodes`` or before 0.4) the
-first time a question meets it, and stored then; a store another program made is only read,
-its memories' sentence vectors kept in memory instead."""
+filled in once, where the embedding model is at hand, for memories written otherwise (plain
+``insert_nodes``, a store made before 0.4), and read by id on the question path, never
+embedded there. A collection another program made is only read unless
+:func:`fill_sentences` is called on it."""
 
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Optional
 
 import numpy as np
+import qdrant_edge as edge
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import models
 
 from llama_index_recency.ranking.plan import MemorySentences
-from llama_index_recency.ranking.sentences import (
-    SENTENCES_KEY,
-    decoded,
-    encoded,
-    memory_sentences,
-)
-from llama_index_recency.records.text import is_one_statement
+from llama_index_recency.ranking.sentences import SENTENCES_KEY, decoded
 from llama_index_recency.storage.edge import QdrantEdgeVectorStore
-from llama_index_recency.storage.edge_points import point_id
+from llama_index_recency.storage.edge_points import (
+    point_id,
+    point_node,
+    scroll,
+    sentence_payloads,
+)
+from llama_index_recency.storage.terms import page_text, pages
 
 logger = logging.getLogger(__name__)
 
-KEPT = 4096
-"""Memories whose sentence vectors a reader keeps in memory when it may not store them."""
-
-
-def sentence_payloads(embed_model: BaseEmbedding,
-                      memories: Sequence[tuple[str, str]]) -> list[tuple[str, dict[str, Any]]]:
-    """``(id, payload fields)`` holding the sentence vectors of the ``memories`` (id, text) of
-    several sentences, embedded in one batch (none for a memory of one sentence)."""
-    several = [(identifier, memory_sentences(text)) for identifier, text in memories
-               if not is_one_statement(text)]
-    several = [(identifier, texts) for identifier, texts in several if len(texts) > 1]
-    if not several:
-        return []
-    vectors = embed_model.get_text_embedding_batch([t for _, texts in several for t in texts])
-    text_of = dict(memories)
-    payloads, start = [], 0
-    for identifier, texts in several:
-        payloads.append((identifier, {SENTENCES_KEY: encoded(vectors[start:start + len(texts)],
-                                                             text_of[identifier])}))
-        start += len(texts)
-    return payloads
+BATCH = 64
+"""Memories embedded and stored per call while filling in."""
 
 
 def write_sentences(store: BasePydanticVectorStore,
@@ -62,112 +44,103 @@ def write_sentences(store: BasePydanticVectorStore,
         return
     assert isinstance(store, QdrantVectorStore)
     client: Any = store.client
+    if client is None:  # async only: filled in when a sync client opens it
+        return
     client.batch_update_points(store.collection_name, [
         models.SetPayloadOperation(set_payload=models.SetPayload(payload=fields,
                                                                  points=[identifier]))
         for identifier, fields in payloads])
 
 
-class SentenceReader:
-    """A search's sentence vectors for :class:`MemorySentences` requests: read from the store
-    in one call, the missing ones embedded with ``embed_model`` and stored (``writes``) or
-    kept in memory (up to :data:`KEPT` memories); without a store, every one embedded once
-    and kept."""
+def fill_sentences(store: BasePydanticVectorStore, embed_model: BaseEmbedding) -> int:
+    """Store the sentence vectors of every memory of ``store`` that lacks them, embedding
+    those of several sentences with ``embed_model`` in batches; how many were embedded
+    (0 for a read-only store or one with only an async client). A failure (a full disk, the
+    model) is logged and the rest left for the next time: reading goes on without them."""
+    if isinstance(store, QdrantEdgeVectorStore) and (store.client is None or store.read_only):
+        return 0
+    if isinstance(store, QdrantVectorStore) and store.client is None:
+        return 0
+    embedded = 0
+    try:
+        for batch in _lacking(store):
+            payloads = sentence_payloads(embed_model, batch)
+            write_sentences(store, payloads)
+            embedded += sum(1 for _, fields in payloads if fields[SENTENCES_KEY]["rows"])
+    except BaseException as error:
+        # An interrupt stays an interrupt; Edge reports a damaged payload file as a panic
+        # (the question's own read then names the store).
+        if not isinstance(error, Exception) and type(error).__name__ != "PanicException":
+            raise
+        logger.warning("llama-index-recency: sentence vectors left to fill in next time "
+                       "(%s: %s)", type(error).__name__, error)
+    if embedded:
+        logger.info("llama-index-recency: stored the sentence vectors of %d memories that "
+                    "lacked them", embedded)
+    return embedded
 
-    def __init__(self, store: Optional[BasePydanticVectorStore], embed_model: BaseEmbedding,
-                 writes: bool) -> None:
-        self.store, self.embed_model, self.writes = store, embed_model, writes
-        self._warned = False
-        self._kept: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+
+def _lacking(store: BasePydanticVectorStore) -> Iterator[list[tuple[str, str]]]:
+    """(id, text) of the memories without sentence vectors, :data:`BATCH` at a time."""
+    if isinstance(store, QdrantEdgeVectorStore):
+        assert store.client is not None
+        lacking = edge.Filter(must=[edge.IsEmptyCondition(SENTENCES_KEY)])
+        found = [(str(point.id), point_node(point).get_content())
+                 for point in scroll(store.client, lacking, with_vector=False)]
+        for start in range(0, len(found), BATCH):
+            yield found[start:start + BATCH]
+        return
+    assert isinstance(store, QdrantVectorStore)
+    client: Any = store.client
+    if not client.collection_exists(store.collection_name):
+        return
+    selection = models.Filter(must=[models.IsEmptyCondition(
+        is_empty=models.PayloadField(key=SENTENCES_KEY))])
+    for records in pages(client, store.collection_name, selection):
+        found = [(str(record.id), page_text(record.payload or {})) for record in records]
+        for start in range(0, len(found), BATCH):
+            yield found[start:start + BATCH]
+
+
+class SentenceReader:
+    """Answers a plan's :class:`MemorySentences` requests from the store: one read by id."""
+
+    def __init__(self, store: Optional[BasePydanticVectorStore]) -> None:
+        self.store = store
 
     def matrices(self, request: MemorySentences, size: int) -> dict[str, np.ndarray]:
-        """Each requested memory's sentence matrix (unit rows of ``size``)."""
-        found = self._known(request, size)
-        missing = [(i, t) for i, t in zip(request.ids, request.texts, strict=True)
-                   if i not in found]
-        if missing:
-            payloads = sentence_payloads(self.embed_model, missing)
-            found.update(self._keep(payloads, dict(missing), size))
-        return found
+        """Each requested memory's stored sentence matrix (unit rows of ``size``), for its
+        text as it is; a memory without one is left out."""
+        if self.store is None:
+            return {}
+        if isinstance(self.store, QdrantEdgeVectorStore):
+            shard = self.store.client
+            records = [] if shard is None else shard.retrieve(
+                [point_id(i) for i in request.ids], [SENTENCES_KEY], False)
+        else:
+            assert isinstance(self.store, QdrantVectorStore)
+            client: Any = self.store.client
+            records = client.retrieve(
+                self.store.collection_name, ids=list(request.ids), with_payload=[SENTENCES_KEY],
+                with_vectors=False)
+        return _read(records, request, size)
 
     async def amatrices(self, request: MemorySentences, size: int) -> dict[str, np.ndarray]:
-        """Async :meth:`matrices` for a store with only an async Qdrant client: it reads the
-        store and embeds asynchronously, and keeps what it embeds in memory."""
+        """Async :meth:`matrices`, for a store with an async Qdrant client."""
         assert isinstance(self.store, QdrantVectorStore)
         records = await self.store._aclient.retrieve(
             self.store.collection_name, ids=list(request.ids), with_payload=[SENTENCES_KEY],
             with_vectors=False)
-        found = self._read(records, request, size)
-        missing = [(i, t) for i, t in zip(request.ids, request.texts, strict=True)
-                   if i not in found]
-        for identifier, text in missing:
-            texts = memory_sentences(text)
-            if len(texts) > 1:
-                vectors = await self.embed_model.aget_text_embedding_batch(texts)
-                found.update(self._keep([(identifier, {SENTENCES_KEY: encoded(vectors, text)})],
-                                        {identifier: text}, size, store=False))
-        return found
+        return _read(records, request, size)
 
-    def _known(self, request: MemorySentences, size: int) -> dict[str, np.ndarray]:
-        found = {i: self._kept[(i, t)] for i, t in zip(request.ids, request.texts, strict=True)
-                 if (i, t) in self._kept}
-        wanted = [i for i in request.ids if i not in found]
-        if wanted:
-            found.update(self._read(self._records(wanted), request, size))
-        return found
 
-    def _records(self, ids: Sequence[str]) -> list[Any]:
-        if self.store is None:
-            return []
-        if isinstance(self.store, QdrantEdgeVectorStore):
-            shard = self.store.client
-            return [] if shard is None else shard.retrieve(
-                [point_id(i) for i in ids], [SENTENCES_KEY], False)
-        assert isinstance(self.store, QdrantVectorStore)
-        client: Any = self.store.client
-        return client.retrieve(self.store.collection_name, ids=list(ids),
-                               with_payload=[SENTENCES_KEY], with_vectors=False)
-
-    @staticmethod
-    def _read(records: Sequence[Any], request: MemorySentences,
-              size: int) -> dict[str, np.ndarray]:
-        """The stored matrices of the memories' texts as they are now."""
-        texts = dict(zip(request.ids, request.texts, strict=True))
-        found = {}
-        for record in records:
-            identifier = str(record.id)
-            if identifier in texts:
-                matrix = decoded((record.payload or {}).get(SENTENCES_KEY), size,
-                                 texts[identifier])
-                if matrix is not None:
-                    found[identifier] = matrix
-        return found
-
-    def _keep(self, payloads: Sequence[tuple[str, dict[str, Any]]], texts: Mapping[str, str],
-              size: int, store: Optional[bool] = None) -> dict[str, np.ndarray]:
-        """Store what was embedded, or keep it in memory when the store may not be written."""
-        store = self.writes if store is None else store
-        if self.store is None or (isinstance(self.store, QdrantEdgeVectorStore)
-                                  and self.store.read_only):
-            store = False
-        if store and payloads:
-            assert self.store is not None
-            try:
-                write_sentences(self.store, payloads)
-            except Exception as error:  # a question never fails for a write it need not make
-                store = False
-                if not self._warned:
-                    self._warned = True
-                    logger.warning("llama-index-recency: sentence vectors kept in memory, not "
-                                   "stored (%s: %s; not said again)", type(error).__name__, error)
-        found = {}
-        for identifier, fields in payloads:
-            matrix = decoded(fields[SENTENCES_KEY], size, texts[identifier])
-            if matrix is None:
-                continue
-            found[identifier] = matrix
-            if not store:
-                self._kept[(identifier, texts[identifier])] = matrix
-                while len(self._kept) > KEPT:
-                    self._kept.popitem(last=False)
-        return found
+def _read(records: Sequence[Any], request: MemorySentences, size: int) -> dict[str, np.ndarray]:
+    texts = dict(zip(request.ids, request.texts, strict=True))
+    found = {}
+    for record in records:
+        identifier = str(record.id)
+        if identifier in texts:
+            matrix = decoded((record.payload or {}).get(SENTENCES_KEY), size, texts[identifier])
+            if matrix is not None:
+                found[identifier] = matrix
+    return found

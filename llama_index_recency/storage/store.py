@@ -62,11 +62,17 @@ from llama_index_recency.storage.access import (
     vector_store_of,
 )
 from llama_index_recency.storage.edge import QdrantEdgeVectorStore
-from llama_index_recency.storage.filters import has_condition, memory_scope, to_qdrant_filter
+from llama_index_recency.storage.filters import (
+    has_condition,
+    memory_scope,
+    qdrant_selection,
+    to_qdrant_filter,
+)
 from llama_index_recency.storage.metadata import (
     EMBEDDING_METADATA_KEY,
     embedding_mismatch,
 )
+from llama_index_recency.storage.sentences import fill_sentences
 from llama_index_recency.twins import in_thread
 
 logger = logging.getLogger(__name__)
@@ -85,7 +91,6 @@ __all__ = [
     "get_memory",
     "open_memory_index",
     "open_memory_store",
-    "qdrant_selection",
     "select_nodes",
 ]
 
@@ -152,6 +157,7 @@ def open_memory_index(
     if client is None and aclient is None and url is None:
         if path is None or not is_local_mode_store(path):
             store = _edge_store(path, collection_name, identity)
+            fill_sentences(store, embed_model)  # of a store made before 0.4, once
             return VectorStoreIndex.from_vector_store(store, embed_model=embed_model)
         logger.warning(
             "%s was written by llama-index-recency 0.1.0 (qdrant-client local mode); it works "
@@ -165,6 +171,9 @@ def open_memory_index(
     vector_store = QdrantVectorStore(
         collection_name=collection_name, client=client, aclient=aclient
     )
+    if client is not None:
+        with reaching(url):
+            fill_sentences(vector_store, embed_model)
     return VectorStoreIndex.from_vector_store(vector_store, embed_model=embed_model)
 
 
@@ -416,17 +425,6 @@ def delete_memories(
         assert selection is not None  # a condition was required above
         store.client.delete(store.collection_name,
                             points_selector=models.FilterSelector(filter=selection))
-
-
-def qdrant_selection(
-    ids: Optional[Sequence[str]], filters: Optional[MetadataFilters]
-) -> Optional[models.Filter]:
-    must: list[Any] = []
-    if ids is not None:
-        must.append(models.HasIdCondition(has_id=list(ids)))
-    if filters is not None and filters.filters:
-        must.append(to_qdrant_filter(filters))
-    return models.Filter(must=must) if must else None
 
 
 def close_memory_index(index: MemoryStore) -> None:

@@ -74,8 +74,8 @@ def memory_languages(store: BasePydanticVectorStore,
     if not client.collection_exists(store.collection_name):
         return Counter()
     selection = None if filters is None else to_qdrant_filter(filters)
-    return Counter(question_language(_text(record.payload or {}))
-                   for records in _pages(client, store.collection_name, selection)
+    return Counter(question_language(page_text(record.payload or {}))
+                   for records in pages(client, store.collection_name, selection)
                    for record in records)
 
 
@@ -97,9 +97,9 @@ def _fill_qdrant(store: QdrantVectorStore) -> int:
     lacking = models.Filter(must=[models.IsEmptyCondition(
         is_empty=models.PayloadField(key=TERMS_KEY))])
     filled = 0
-    for records in _pages(client, store.collection_name, lacking):
+    for records in pages(client, store.collection_name, lacking):
         operations = [models.SetPayloadOperation(set_payload=models.SetPayload(
-            payload={TERMS_KEY: stored_terms(_text(record.payload or {}))}, points=[record.id]))
+            payload={TERMS_KEY: stored_terms(page_text(record.payload or {}))}, points=[record.id]))
             for record in records]
         if operations:
             client.batch_update_points(store.collection_name, operations)
@@ -107,7 +107,7 @@ def _fill_qdrant(store: QdrantVectorStore) -> int:
     return filled
 
 
-def _pages(client: Any, collection_name: str,
+def pages(client: Any, collection_name: str,
            selection: Optional[models.Filter]) -> Iterator[list[Any]]:
     """The points ``selection`` selects, payloads without vectors, :data:`BATCH` at a time
     (the next page is read once the caller is done with this one)."""
@@ -120,8 +120,9 @@ def _pages(client: Any, collection_name: str,
             return
 
 
-def _text(payload: dict[str, Any]) -> str:
+def page_text(payload: dict[str, Any]) -> str:
+    """A scrolled point's memory text (another program's point: its plain text field, if any)."""
     try:
         return metadata_dict_to_node(payload).get_content()
-    except Exception:  # a point another program wrote: its plain text field, if any
+    except Exception:  # not a LlamaIndex node
         return str(payload.get("text") or "")

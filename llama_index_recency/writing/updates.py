@@ -26,6 +26,7 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_recency.errors import InvalidInputError, MemoryStoreFullError, PartialWriteError
+from llama_index_recency.ranking.sentences import SENTENCES_KEY
 from llama_index_recency.records.links import (
     LINK_KEYS,
     check_link,
@@ -298,7 +299,7 @@ def _embed(index: VectorStoreIndex, nodes: Sequence[BaseNode], on_progress: Opti
     for start in range(0, len(nodes), EMBED_BATCH_SIZE):
         sentences.update(sentence_payloads(model, [(n.node_id, n.get_content())
                                                    for n in nodes[start:start + EMBED_BATCH_SIZE]]))
-    return sentences
+    return sentences  # one sentence: the mark that none is needed
 
 
 def _store(index: VectorStoreIndex, nodes: Sequence[BaseNode],
@@ -306,14 +307,16 @@ def _store(index: VectorStoreIndex, nodes: Sequence[BaseNode],
     """Store ``nodes`` in batches, each with its terms and ``sentences`` (vectors by id)."""
     if nodes and on_progress is not None:
         on_progress("storing", 0, len(nodes))
+    store = vector_store_of(index)
+    edge = isinstance(store, QdrantEdgeVectorStore)  # its points carry terms and the marks
     for start in range(0, len(nodes), WRITE_BATCH_SIZE):
         batch = nodes[start:start + WRITE_BATCH_SIZE]
         try:
             index.insert_nodes(list(batch))
-            if not isinstance(store := vector_store_of(index), QdrantEdgeVectorStore):
+            if not isinstance(store, QdrantEdgeVectorStore):
                 write_terms(store, batch)  # LlamaIndex's: none
             write_sentences(store, [(n.node_id, sentences[n.node_id]) for n in batch
-                                    if n.node_id in sentences])
+                                    if not edge or sentences[n.node_id][SENTENCES_KEY]["rows"]])
         except Exception as error:  # an interrupt stays an interrupt: never swallowed
             raise PartialWriteError(_count_stored(index, nodes, at_least=start), len(nodes),
                                     error_summary(error)) from error
