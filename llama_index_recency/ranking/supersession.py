@@ -108,8 +108,10 @@ def newer_versions_first(
     nodes = {c.node.node_id: c for c in candidates if c.node.embedding}
     if any(row.node_id not in nodes for row in ranking.rows):
         return ranking
+    # The top supersede_window by relevance, as the exact retriever fetches them: the pairs
+    # depend on the window's statistics, so both paths must compare the same candidates.
     window = sorted(nodes.values(), key=lambda c: (-(c.score or 0.0), c.node.node_id))
-    window = window[: max(policy.supersede_window, len(ranking.rows))]
+    window = window[:policy.supersede_window]
     by_vectors = _between_statements(window, policy.supersede_z)
     if sentences is not None:
         several = {c.node.node_id for c in window if not _one_statement(c.node.get_content())}

@@ -27,6 +27,13 @@ _ABBREVIATIONS = frozenset(
 so does a single letter (an initial: "J. K. Rowling", "U.S. Army"; not a digit: "I scored 3.")
 and "No." before a number."""
 
+_MONTHS = frozenset(
+    "jan january feb february mar march apr april may jun june jul july aug august sep sept "
+    "september oct october nov november dec december januar februar märz mai juni juli "
+    "oktober dez dezember".split()
+)
+"""Month names that follow an ordinal number ("am 3. Mai", "the 3. June"): no sentence end."""
+
 _DASHES = "-‐‒–—―−˗⁃ー"
 """The hyphen and what reads as one between digits after NFKC (which folds ‑, －, ﹣, ﹘ and ｰ
 into these): dashes, the minus sign and the katakana long vowel mark."""
@@ -121,7 +128,8 @@ def _sentence_ends(body: str) -> Iterator[int]:
             if first.islower():
                 continue
             word = end.group(1).lower().lstrip("\"'“‘(")
-            if end.group(2) == "." and _abbreviated(word, first):
+            if end.group(2) == "." and (_abbreviated(word, first) or _ordinal(
+                    word, body[:end.start(1)], body[following.start():following.start() + 12])):
                 continue
         elif first in _QUOTE_CLOSERS:
             continue  # 「最高だ！」と言った: the quote closes and the sentence goes on
@@ -135,6 +143,15 @@ def _abbreviated(word: str, following: str) -> bool:
         return following.isdigit()
     last = word.rsplit(".", 1)[-1]
     return (len(last) == 1 and last.isalpha()) or word in _ABBREVIATIONS
+
+
+def _ordinal(word: str, before: str, after: str) -> bool:
+    """Whether the number ``word`` with its period is a list item's number ("1. Buy milk", the
+    line's first word) or an ordinal date ("am 3. Mai"): no sentence ends there."""
+    if not word.isdigit():
+        return False
+    month = after.split(maxsplit=1)[0].rstrip(".,").lower() if after.strip() else ""
+    return not before.strip() or before.endswith("\n") or month in _MONTHS
 
 
 def memory_text(node: BaseNode, date_key: str = "date") -> str:

@@ -19,6 +19,7 @@ from qdrant_client import models
 
 from llama_index_recency.ranking.plan import MemorySentences
 from llama_index_recency.ranking.sentences import SENTENCES_KEY, decoded
+from llama_index_recency.records.nodes import canonical_id, is_memory_id
 from llama_index_recency.storage.edge import QdrantEdgeVectorStore
 from llama_index_recency.storage.edge_points import (
     point_id,
@@ -110,37 +111,49 @@ class SentenceReader:
 
     def matrices(self, request: MemorySentences, size: int) -> dict[str, np.ndarray]:
         """Each requested memory's stored sentence matrix (unit rows of ``size``), for its
-        text as it is; a memory without one is left out."""
-        if self.store is None:
+        text as it is; a memory without one (or a node that is no memory) is left out."""
+        ids = _memory_ids(request)
+        if not ids or self.store is None:
             return {}
         if isinstance(self.store, QdrantEdgeVectorStore):
             shard = self.store.client
             records = [] if shard is None else shard.retrieve(
-                [point_id(i) for i in request.ids], [SENTENCES_KEY], False)
+                [point_id(i) for i in ids], [SENTENCES_KEY], False)
         else:
             assert isinstance(self.store, QdrantVectorStore)
             client: Any = self.store.client
-            records = client.retrieve(
-                self.store.collection_name, ids=list(request.ids), with_payload=[SENTENCES_KEY],
-                with_vectors=False)
+            if client is None:  # only an async client: :meth:`amatrices` reads it
+                return {}
+            records = client.retrieve(self.store.collection_name, ids=ids,
+                                      with_payload=[SENTENCES_KEY], with_vectors=False)
         return _read(records, request, size)
 
     async def amatrices(self, request: MemorySentences, size: int) -> dict[str, np.ndarray]:
         """Async :meth:`matrices`, for a store with an async Qdrant client."""
         assert isinstance(self.store, QdrantVectorStore)
+        ids = _memory_ids(request)
+        if not ids:
+            return {}
         records = await self.store._aclient.retrieve(
-            self.store.collection_name, ids=list(request.ids), with_payload=[SENTENCES_KEY],
+            self.store.collection_name, ids=ids, with_payload=[SENTENCES_KEY],
             with_vectors=False)
         return _read(records, request, size)
 
 
+def _memory_ids(request: MemorySentences) -> list[str]:
+    """The requested ids that can be memories (UUIDs): a document's node is none."""
+    return [i for i in request.ids if is_memory_id(i)]
+
+
 def _read(records: Sequence[Any], request: MemorySentences, size: int) -> dict[str, np.ndarray]:
-    texts = dict(zip(request.ids, request.texts, strict=True))
+    """The stored matrices by the ids as requested (the store spells a UUID its own way)."""
+    asked = {canonical_id(i): (i, text) for i, text in zip(request.ids, request.texts,
+                                                            strict=True) if is_memory_id(i)}
     found = {}
     for record in records:
-        identifier = str(record.id)
-        if identifier in texts:
-            matrix = decoded((record.payload or {}).get(SENTENCES_KEY), size, texts[identifier])
+        identifier, text = asked.get(canonical_id(str(record.id)), (None, ""))
+        if identifier is not None:
+            matrix = decoded((record.payload or {}).get(SENTENCES_KEY), size, text)
             if matrix is not None:
                 found[identifier] = matrix
     return found
