@@ -72,7 +72,7 @@ def with_newer_versions(
     named = tuple(sorted(candidate.node.node_id for candidate in window))
     successors = yield from linked_memories(SUPERSEDES_KEY, named, filters)
     asked = None
-    several = [c.node for c in window if not _one_statement(c.node.get_content())]
+    several = [c.node for c in window if not is_one_statement(c.node.get_content())]
     if question is not None and several:
         matrices = yield MemorySentences(ids=tuple(n.node_id for n in several),
                                          texts=tuple(n.get_content() for n in several))
@@ -114,7 +114,7 @@ def newer_versions_first(
     window = window[:policy.supersede_window]
     by_vectors = _between_statements(window, policy.supersede_z)
     if sentences is not None:
-        several = {c.node.node_id for c in window if not _one_statement(c.node.get_content())}
+        several = {c.node.node_id for c in window if not is_one_statement(c.node.get_content())}
         ages = {c.node.node_id: _age(c.node.metadata.get(policy.date_key), reference)
                 for c in window}
         by_vectors = {**sentence_versions(window, several, sentences, ages, policy.supersede_z),
@@ -180,20 +180,11 @@ def _between_statements(window: Sequence[NodeWithScore], z: float) -> dict[str, 
     """The pairs of :func:`_versions` whose two memories each state one thing (found among all
     of the window's candidates, so the vectors' statistics stay the window's); none compared
     when fewer than two do, as in a store of conversation turns or document chunks."""
-    statements = {c.node.node_id for c in window if _one_statement(c.node.get_content())}
+    statements = {c.node.node_id for c in window if is_one_statement(c.node.get_content())}
     if len(statements) < 2:
         return {}
     return {memory: other for memory, other in _versions(window, z).items()
             if memory in statements and other in statements}
-
-
-_cached_one_statement = lru_cache(maxsize=4096)(is_one_statement)
-
-
-def _one_statement(text: str) -> bool:
-    """:func:`is_one_statement`, remembered for the short texts a store's questions meet again
-    and again (a long text is checked each time, so the cache stays small)."""
-    return _cached_one_statement(text) if len(text) <= 1000 else is_one_statement(text)
 
 
 def _with_links(nearest: dict[str, str], window: Sequence[NodeWithScore],

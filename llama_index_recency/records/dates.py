@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import date, datetime, time, timezone
+from functools import lru_cache
 from typing import Any
 
 from llama_index_recency.errors import InvalidInputError
@@ -30,6 +31,16 @@ def parse_memory_date(value: Any) -> datetime:
             reads (numbers, empty strings, garbage, ``20260909``), or names an instant
             outside years 1-9999 in UTC (``0001-01-01T00:00:00+01:00``).
     """
+    return _parsed_text(value) if isinstance(value, str) else _parsed(value)
+
+
+@lru_cache(maxsize=8192)
+def _parsed_text(value: str) -> datetime:
+    """A stored date string read once: a store's questions meet the same dates again."""
+    return _parsed(value)
+
+
+def _parsed(value: Any) -> datetime:
     if isinstance(value, datetime):
         parsed = value
     elif isinstance(value, date):

@@ -6,6 +6,7 @@ import html
 import re
 import unicodedata
 from collections.abc import Iterator
+from functools import lru_cache
 
 from llama_index.core.schema import BaseNode
 
@@ -88,9 +89,17 @@ def escape_memory_text(text: str) -> str:
 def is_one_statement(text: str) -> bool:
     """True when a memory's text, its date prefix aside, is one sentence, as the writer stores a
     fact; a turn of conversation or a document chunk usually says several things. Linear in
-    the text's length: a long pasted text costs one pass."""
+    the text's length (a long pasted text costs one pass); remembered for the short texts a
+    store's questions meet again and again."""
+    return _one_statement(text) if len(text) <= 1000 else _uncached_one_statement(text)
+
+
+def _uncached_one_statement(text: str) -> bool:
     body = _body(text)
     return bool(body) and next(_sentence_ends(body), None) is None
+
+
+_one_statement = lru_cache(maxsize=4096)(_uncached_one_statement)
 
 
 def sentences(text: str, most: int) -> list[str]:
