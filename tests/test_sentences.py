@@ -14,7 +14,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from llama_index.vector_stores.qdrant import QdrantVectorStore
-from qdrant_client import QdrantClient, models
+from qdrant_client import AsyncQdrantClient, QdrantClient, models
 
 from llama_index_recency import (
     QdrantRecencyRetriever,
@@ -39,7 +39,12 @@ from llama_index_recency.ranking.sentences import (
     sentence_versions,
 )
 from llama_index_recency.ranking.supersession import newer_versions_first
-from llama_index_recency.storage import QdrantEdgeVectorStore, SentenceReader, fill_sentences
+from llama_index_recency.storage import (
+    QdrantEdgeVectorStore,
+    SentenceReader,
+    fill_sentences,
+    sentence_payloads,
+)
 from llama_index_recency.storage import sentences as sentence_storage
 
 TODAY = "2026-12-01"
@@ -390,3 +395,25 @@ def test_a_node_that_is_no_memory_or_an_id_spelled_otherwise_is_read_as_it_is(tm
     candidates = memory.index.as_retriever(similarity_top_k=3).retrieve(bundle)
     assert postprocessor.postprocess_nodes([*candidates, NodeWithScore(node=document, score=0.9)],
                                            bundle)
+
+
+async def test_a_store_with_only_an_async_client_reads_its_sentence_vectors_asynchronously(
+        tmp_path) -> None:
+    embed = counting()
+    index = open_memory_index(embed, aclient=AsyncQdrantClient(location=":memory:"))
+    written = nodes()
+    for node in written:
+        node.embedding = embed.get_text_embedding(node.get_content())
+    await index.vector_store.async_add(written)
+    payloads = sentence_payloads(embed, [(n.node_id, n.get_content()) for n in written])
+    await index.vector_store._aclient.batch_update_points(index.vector_store.collection_name, [
+        models.SetPayloadOperation(set_payload=models.SetPayload(payload=f, points=[i]))
+        for i, f in payloads])
+    request = MemorySentences(ids=tuple(n.node_id for n in written[:2]),
+                              texts=tuple(n.get_content() for n in written[:2]))
+    reader = SentenceReader(index.vector_store)
+    assert reader.matrices(request, 32) == {}  # no sync client: nothing read, nothing raised
+    assert set(await reader.amatrices(request, 32)) == {n.node_id for n in written[:2]}
+    embed.texts.clear()
+    found = await QdrantRecencyRetriever.from_index(index, policy=ASKING).aretrieve(QUESTION_TEXT)
+    assert found and embed.texts == []
