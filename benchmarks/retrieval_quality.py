@@ -53,6 +53,7 @@ from llama_index_recency.models.factories import (
 from llama_index_recency.querying.gate import MIN_FIT_MEMORIES, fit_gate, noise_margin
 from llama_index_recency.ranking.lexical import LexicalQuery, question_terms, terms
 from llama_index_recency.ranking.policy import RecencyPolicy
+from llama_index_recency.ranking.sentences import QuestionSentences, memory_sentences
 from llama_index_recency.ranking.supersession import newer_versions_first
 from llama_index_recency.records.examples import (
     EXAMPLE_REFERENCE_DATE,
@@ -60,6 +61,7 @@ from llama_index_recency.records.examples import (
     example_questions,
 )
 from llama_index_recency.records.nodes import memory_node
+from llama_index_recency.records.text import is_one_statement
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"
@@ -85,6 +87,7 @@ class Store:
     questions: list[tuple[str, frozenset[str], frozenset[str]]]  # (text, targets, stale)
     vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     question_vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    sentences: dict[str, np.ndarray] = field(default_factory=dict)  # memory index -> unit rows
 
     def ages(self) -> np.ndarray:
         return np.array([(self.reference - date.fromisoformat(d)).days for d, _, _ in self.memories],
@@ -189,6 +192,18 @@ class Embedder:
             for day, text, _ in store.memories], query=False)
         store.question_vectors = self.texts(store.name + store.source,
                                             [q for q, _, _ in store.questions], query=True)
+        # The sentence vectors the package stores with each memory of several sentences.
+        several = [(str(i), memory_sentences(text)) for i, (_, text, _) in
+                   enumerate(store.memories) if not is_one_statement(text)]
+        several = [(i, split) for i, split in several if len(split) > 1]
+        if several:
+            rows = self.texts(store.name + store.source + ":sentences",
+                              [t for _, split in several for t in split], query=False)
+            start = 0
+            for i, split in several:
+                matrix = rows[start:start + len(split)].astype(np.float64)
+                store.sentences[i] = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+                start += len(split)
 
 
 # --- ranking through RecencyPolicy.rank ----------------------------------------------------------
@@ -235,7 +250,8 @@ class Ranker:
         policy = policy.for_question(question)
         relevance, parts = self._scores(vector, policy, question)
         kth = np.sort(relevance)[-min(k, len(relevance))]
-        return self._rank(relevance, kth - policy.weight, policy, k, -1e9, parts)
+        return self._rank(relevance, kth - policy.weight, policy, k, -1e9, parts,
+                          self._asked(question, vector))
 
     def kept(self, vector: np.ndarray, policy: RecencyPolicy,
              question: str = "") -> list[tuple[int, float]]:
@@ -243,7 +259,13 @@ class Ranker:
         policy = policy.for_question(question)
         relevance, parts = self._scores(vector, policy, question)
         return self._rank(relevance, policy.threshold - policy.weight, policy, policy.top_n,
-                          policy.threshold, parts)
+                          policy.threshold, parts, self._asked(question, vector))
+
+    def _asked(self, question: str, vector: np.ndarray) -> Optional[QuestionSentences]:
+        """What the sentence pairing reads, as the retriever gives it (None without a question)."""
+        if not question or not self.store.sentences:
+            return None
+        return QuestionSentences(question, vector.tolist(), self.store.sentences)
 
     def brings_up(self, vector: np.ndarray, policy: RecencyPolicy, question: str) -> bool:
         """Whether any memory reaches the prompt for this (off-topic) question."""
@@ -256,7 +278,8 @@ class Ranker:
         return top[0][1] if top else -math.inf
 
     def _rank(self, relevance: np.ndarray, floor: float, policy: RecencyPolicy, n: int,
-              threshold: float, parts: Optional[np.ndarray] = None) -> list[tuple[int, float]]:
+              threshold: float, parts: Optional[np.ndarray] = None,
+              asked: Optional[QuestionSentences] = None) -> list[tuple[int, float]]:
         """The policy's ranking of the memories over ``floor``, newer versions first; with the
         lexical ``parts``, rows carry theirs and versions are compared without them, as the
         retriever compares them."""
@@ -275,7 +298,7 @@ class Ranker:
             window += [NodeWithScore(node=self.nodes[i], score=float(relevance[i]))
                        for i in nearest if not chosen[i]]
             ranking = newer_versions_first(ranking, window, ranked, reference,
-                                           lexical_part=part)
+                                           lexical_part=part, sentences=asked)
         return [(int(node.node.node_id), float(node.score or 0.0)) for node in ranking.nodes]
 
 
