@@ -7,6 +7,9 @@ embedded there. A collection another program made is only read unless
 from __future__ import annotations
 
 import logging
+import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional
 
@@ -33,6 +36,9 @@ logger = logging.getLogger(__name__)
 
 BATCH = 64
 """Memories embedded and stored per call while filling in."""
+
+KEPT = 512
+"""Memories whose sentence vectors a reader keeps between questions (a few MB)."""
 
 
 def write_sentences(store: BasePydanticVectorStore,
@@ -104,17 +110,22 @@ def _lacking(store: BasePydanticVectorStore) -> Iterator[list[tuple[str, str]]]:
 
 
 class SentenceReader:
-    """Answers a plan's :class:`MemorySentences` requests from the store: one read by id."""
+    """Answers a plan's :class:`MemorySentences` requests from the store: one read by id,
+    what was read kept for the next questions (up to :data:`KEPT` memories; a memory's
+    sentence vectors depend on its text alone, so they hold as long as the text does)."""
 
     def __init__(self, store: Optional[BasePydanticVectorStore]) -> None:
         self.store = store
+        self._kept: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
 
     def matrices(self, request: MemorySentences, size: int) -> dict[str, np.ndarray]:
         """Each requested memory's stored sentence matrix (unit rows of ``size``), for its
         text as it is; a memory without one (or a node that is no memory) is left out."""
-        ids = _memory_ids(request)
-        if not ids or self.store is None:
-            return {}
+        asked, found = self._asked(request)
+        if not asked or self.store is None:
+            return found
+        ids = [identifier for identifier, _ in asked.values()]
         if isinstance(self.store, QdrantEdgeVectorStore):
             shard = self.store.client
             records = [] if shard is None else shard.retrieve(
@@ -123,37 +134,62 @@ class SentenceReader:
             assert isinstance(self.store, QdrantVectorStore)
             client: Any = self.store.client
             if client is None:  # only an async client: :meth:`amatrices` reads it
-                return {}
+                return found
             records = client.retrieve(self.store.collection_name, ids=ids,
                                       with_payload=[SENTENCES_KEY], with_vectors=False)
-        return _read(records, request, size)
+        return {**found, **self._read(records, asked, size)}
 
     async def amatrices(self, request: MemorySentences, size: int) -> dict[str, np.ndarray]:
         """Async :meth:`matrices`, for a store with an async Qdrant client."""
         assert isinstance(self.store, QdrantVectorStore)
-        ids = _memory_ids(request)
-        if not ids:
-            return {}
+        asked, found = self._asked(request)
+        if not asked:
+            return found
         records = await self.store._aclient.retrieve(
-            self.store.collection_name, ids=ids, with_payload=[SENTENCES_KEY],
-            with_vectors=False)
-        return _read(records, request, size)
+            self.store.collection_name, ids=[i for i, _ in asked.values()],
+            with_payload=[SENTENCES_KEY], with_vectors=False)
+        return {**found, **self._read(records, asked, size)}
 
+    def _asked(self, request: MemorySentences
+               ) -> tuple[dict[str, tuple[str, str]], dict[str, np.ndarray]]:
+        """The memories to read, (id as requested, text) by canonical id, and those kept."""
+        asked: dict[str, tuple[str, str]] = {}
+        found: dict[str, np.ndarray] = {}
+        with self._lock:
+            for identifier, text in zip(request.ids, request.texts, strict=True):
+                if not is_memory_id(identifier):
+                    continue  # a document's node ("faq-7") is no memory
+                key = _canonical(identifier)
+                kept = self._kept.get((key, text))
+                if kept is None:
+                    asked[key] = (identifier, text)
+                else:
+                    self._kept.move_to_end((key, text))
+                    found[identifier] = kept
+        return asked, found
 
-def _memory_ids(request: MemorySentences) -> list[str]:
-    """The requested ids that can be memories (UUIDs): a document's node is none."""
-    return [i for i in request.ids if is_memory_id(i)]
-
-
-def _read(records: Sequence[Any], request: MemorySentences, size: int) -> dict[str, np.ndarray]:
-    """The stored matrices by the ids as requested (the store spells a UUID its own way)."""
-    asked = {canonical_id(i): (i, text) for i, text in zip(request.ids, request.texts,
-                                                            strict=True) if is_memory_id(i)}
-    found = {}
-    for record in records:
-        identifier, text = asked.get(canonical_id(str(record.id)), (None, ""))
-        if identifier is not None:
+    def _read(self, records: Sequence[Any], asked: dict[str, tuple[str, str]],
+              size: int) -> dict[str, np.ndarray]:
+        """The stored matrices by the ids as requested (the store spells a UUID its own way)."""
+        found = {}
+        for record in records:
+            key = _canonical(str(record.id))
+            identifier, text = asked.get(key, (None, ""))
+            if identifier is None:
+                continue
             matrix = decoded((record.payload or {}).get(SENTENCES_KEY), size, text)
             if matrix is not None:
                 found[identifier] = matrix
-    return found
+                with self._lock:
+                    self._kept[(key, text)] = matrix
+                    while len(self._kept) > KEPT:
+                        self._kept.popitem(last=False)
+        return found
+
+
+_CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+
+
+def _canonical(memory_id: str) -> str:
+    """:func:`canonical_id`, without parsing an id already spelled so."""
+    return memory_id if _CANONICAL.match(memory_id) else canonical_id(memory_id)
