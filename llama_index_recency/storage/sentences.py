@@ -90,10 +90,14 @@ def fill_sentences(store: BasePydanticVectorStore, embed_model: BaseEmbedding) -
 def _lacking(store: BasePydanticVectorStore) -> Iterator[list[tuple[str, str]]]:
     """(id, text) of the memories without sentence vectors, :data:`BATCH` at a time."""
     if isinstance(store, QdrantEdgeVectorStore):
-        assert store.client is not None
+        shard = store.client
+        assert shard is not None
         lacking = edge.Filter(must=[edge.IsEmptyCondition(SENTENCES_KEY)])
-        found = [(str(point.id), point_node(point).get_content())
-                 for point in scroll(store.client, lacking, with_vector=False)]
+        # Kept until the store's next write: a retriever made again on an unchanged store
+        # does not scan it again.
+        found = store.kept(("sentences lacking",), lambda: [
+            (str(point.id), point_node(point).get_content())
+            for point in scroll(shard, lacking, with_vector=False)])
         for start in range(0, len(found), BATCH):
             yield found[start:start + BATCH]
         return
