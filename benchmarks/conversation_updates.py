@@ -31,8 +31,8 @@ The pairing's moves are counted (true when the pair is (later, older) of one fac
 ``data/unchanged_turns.json`` (facts said once each in a short turn, never changed) says how
 often the turn holding the answer still comes first: there nothing should move.
 ``--locomo DIR`` adds held-out LoCoMo recall@1/3/5 with and without the pairing, on stores
-written by plain ``insert_nodes`` (their sentence vectors filled in by the questions). Also
-the cost per retrieval of the default (gate on, turns) against Edge's plain top-8 search, with
+written by plain ``insert_nodes`` (their sentence vectors then filled in, as the next open
+of the store would). Also the cost per retrieval of the default (gate on, turns) against Edge's plain top-8 search, with
 and without the pairing, same run. Writes ``benchmarks/results/conversation_updates.md``.
 """
 
@@ -69,6 +69,7 @@ from llama_index_recency.models.factories import CALIBRATED_POLICIES
 from llama_index_recency.ranking import supersession
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.sentences import memory_sentences
+from llama_index_recency.storage import fill_sentences
 from llama_index_recency.writing.updates import insert_memories
 
 HERE = Path(__file__).resolve().parent
@@ -242,7 +243,8 @@ class SentenceVectors:
 def locomo_recall(folder: Path, sentence_vectors: SentenceVectors) -> list[str]:
     """Recall@1/3/5 on held-out LoCoMo conversations (answerable questions; the shipped
     default with the gate off), with and without the sentence pairing, on stores written by
-    plain ``insert_nodes`` (the sentence vectors filled in by the questions)."""
+    plain ``insert_nodes``, their sentence vectors then filled in (``fill_sentences``, as the
+    next open of the store does)."""
     from retrieval_quality import Embedder, locomo_stores
 
     from llama_index_recency import RecencyMemory
@@ -270,6 +272,7 @@ def locomo_recall(folder: Path, sentence_vectors: SentenceVectors) -> list[str]:
                 embed = lookup(sentence_vectors, {})
                 memory = RecencyMemory(embed, path=Path(directory) / "store")
                 memory.index.insert_nodes([n.model_copy(deep=True) for n in nodes])
+                fill_sentences(memory.index.vector_store, embed)
                 retriever = QdrantRecencyRetriever.from_index(memory.index, policy=policy)
                 for (question, targets, _), vector in zip(store.questions,
                                                           store.question_vectors, strict=True):

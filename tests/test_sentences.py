@@ -181,10 +181,12 @@ class Counting(BaseEmbedding):
     """A vector per text from its hash (questions and texts alike), every text embedded counted."""
 
     texts: list[str] = Field(default_factory=list)
+    size: int = 32
+    offset: float = 2.0
 
     def _vector(self, text: str) -> list[float]:
         seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-        return _unit(np.random.default_rng(seed).normal(size=32) + 2.0)
+        return _unit(np.random.default_rng(seed).normal(size=self.size) + self.offset)
 
     def _get_query_embedding(self, query: str) -> list[float]:
         return self._vector(query)
@@ -242,7 +244,7 @@ def test_a_memory_updated_gets_its_new_sentences_stored(tmp_path) -> None:
     assert decoded(held, 32, memory.get(old.node_id).get_content()) is not None
 
 
-def test_a_plain_insert_is_filled_in_once_by_the_first_search_never_on_later_questions(
+def test_a_plain_insert_is_filled_in_when_the_store_is_next_opened_never_by_a_question(
         tmp_path) -> None:
     embed = counting()
     memory = RecencyMemory(embed, path=tmp_path / "store")
@@ -251,14 +253,13 @@ def test_a_plain_insert_is_filled_in_once_by_the_first_search_never_on_later_que
     held = stored(memory.index.vector_store, [n.node_id for n in written])
     assert [held[n.node_id] is None for n in written] == [True, True, False]  # one: a mark
     embed.texts.clear()
-    retriever = QdrantRecencyRetriever.from_index(memory.index, policy=ASKING)
-    retriever.retrieve(QUESTION_TEXT)
-    assert sorted(embed.texts) == sorted(memory_sentences(TURN_OLD) + memory_sentences(TURN_NEW))
-    assert all(stored(memory.index.vector_store, [n.node_id for n in written]).values())
-    embed.texts.clear()
-    retriever.retrieve(QUESTION_TEXT)
-    QdrantRecencyRetriever.from_index(memory.index, policy=ASKING).retrieve(QUESTION_TEXT)
+    for _ in range(2):
+        QdrantRecencyRetriever.from_index(memory.index, policy=ASKING).retrieve(QUESTION_TEXT)
     assert embed.texts == []
+    memory.close()
+    reopened = RecencyMemory(embed, path=tmp_path / "store")
+    assert sorted(embed.texts) == sorted(memory_sentences(TURN_OLD) + memory_sentences(TURN_NEW))
+    assert all(stored(reopened.index.vector_store, [n.node_id for n in written]).values())
 
 
 def test_a_store_made_before_is_filled_in_when_it_is_opened(tmp_path) -> None:
@@ -298,18 +299,62 @@ def test_an_apps_own_collection_is_only_read_and_nothing_is_embedded_for_a_quest
     assert set(SentenceReader(store).matrices(request, 32)) == {n.node_id for n in written[:2]}
 
 
-def test_a_question_never_fails_for_sentence_vectors_that_could_not_be_stored(
+def test_a_store_that_refuses_the_sentence_vectors_still_opens_and_answers(
         tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     embed = counting()
-    memory = RecencyMemory(embed, path=tmp_path / "store")
-    memory.index.insert_nodes(nodes())
+    client = QdrantClient(path=str(tmp_path / "local"))
+    index = open_memory_index(embed, client=client)
+    index.insert_nodes(nodes())
 
     def full(*_: object) -> None:
         raise MemoryStoreFullError("the disk is full")
 
     monkeypatch.setattr(sentence_storage, "write_sentences", full)
-    assert QdrantRecencyRetriever.from_index(memory.index, policy=ASKING).retrieve(QUESTION_TEXT)
+    index = open_memory_index(embed, client=client)
     assert "left to fill in next time (MemoryStoreFullError: the disk is full)" in caplog.text
+    postprocessor = RecencyBonusPostprocessor.from_index(index, **ASKING.model_dump(
+        include={"weight", "tau_days", "threshold", "supersede_margin", "reference_date"}))
+    bundle = QueryBundle(QUESTION_TEXT)
+    assert postprocessor.postprocess_nodes(index.as_retriever(similarity_top_k=3).retrieve(
+        bundle), bundle)
+
+
+def test_a_memory_rewritten_while_it_is_filled_in_keeps_its_new_vectors(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    embed = counting()
+    memory = RecencyMemory(embed, path=tmp_path / "store")
+    written = nodes()
+    memory.index.insert_nodes(written)
+    changed = "Morning! I'm a huge Chiefs fan now. Can you remind me later?"
+    original = sentence_storage.sentence_payloads
+
+    def meanwhile(model, batch):  # the turn is forgotten and written anew while it is embedded
+        payloads = original(model, batch)
+        if not memory.get(written[0].node_id).get_content().endswith(changed):
+            memory.forget([written[0].node_id])
+            anew = memory_node(changed, "2026-03-01")
+            anew.id_ = written[0].node_id
+            memory.add([anew])
+        return payloads
+
+    monkeypatch.setattr(sentence_storage, "sentence_payloads", meanwhile)
+    fill_sentences(memory.index.vector_store, embed)
+    now = memory.get(written[0].node_id).get_content()
+    held = stored(memory.index.vector_store, [written[0].node_id])[written[0].node_id]
+    assert now.endswith(changed) and decoded(held, 32, now) is not None
+
+
+def test_forgetting_a_memory_keeps_the_sentence_vectors_of_those_relinked_past_it(
+        tmp_path) -> None:
+    memory = RecencyMemory(counting(), path=tmp_path / "store")
+    first, second = memory_node(TURN_OLD, "2026-03-01"), memory_node(TURN_NEW, "2026-11-01")
+    third = memory_node("Evening. I root for the Rams now. Long story.", "2026-11-20",
+                        supersedes=[second.node_id])
+    second.metadata["supersedes"] = [first.node_id]
+    memory.add([first, second, third])
+    memory.forget([second.node_id])
+    held = stored(memory.index.vector_store, [third.node_id])[third.node_id]
+    assert decoded(held, 32, memory.get(third.node_id).get_content()) is not None
 
 
 # -- e5 on a log of chat turns (the benchmark's tune user en-u1), as another CPU would too -------
@@ -417,3 +462,40 @@ async def test_a_store_with_only_an_async_client_reads_its_sentence_vectors_asyn
     embed.texts.clear()
     found = await QdrantRecencyRetriever.from_index(index, policy=ASKING).aretrieve(QUESTION_TEXT)
     assert found and embed.texts == []
+
+
+WORDS = "tea coffee chess piano tennis berlin tokyo dog cat bike guitar yoga".split()
+
+
+@pytest.mark.parametrize("lexical_weight", [0.0, 0.15])
+def test_the_retriever_keeps_what_the_postprocessor_keeps_on_random_logs_of_turns(
+        lexical_weight: float, tmp_path) -> None:
+    """Random stores, half of their memories two sentences, in few dimensions (versions are
+    paired on many questions): the exact retriever and the postprocessor given every memory
+    compare the same window, the question's words left out of it."""
+    fields = dict(weight=0.004, tau_days=14.0, threshold=0.0, supersede_margin=0.2,
+                  lexical_weight=lexical_weight, reference_date=TODAY, top_n=3)
+    moved = 0
+    for trial in range(4):
+        rng = np.random.default_rng(trial)
+        index = open_memory_index(Counting(model_name="hash", size=6, offset=0.0),
+                                  path=tmp_path / f"store-{trial}")
+        nodes = []
+        for i in range(40):
+            a, b = rng.choice(WORDS, size=2, replace=False)
+            day = f"2026-{rng.integers(1, 12):02d}-{rng.integers(1, 29):02d}"
+            nodes.append(memory_node(f"I like {a} a lot. Also {b} number {i} is fun." if i % 2
+                                     else f"The user likes {a} and {b} number {i}.", day))
+        index.insert_nodes(nodes)
+        postprocessor = RecencyBonusPostprocessor.from_index(index, **fields)  # fills them in
+        retriever = QdrantRecencyRetriever.from_index(index, policy=RecencyPolicy(**fields))
+        everything = index.as_retriever(similarity_top_k=len(nodes))
+        for _ in range(10):
+            a, b = rng.choice(WORDS, size=2, replace=False)
+            bundle = QueryBundle(f"Does the user like {a} {b}?")
+            whole = postprocessor.explain(everything.retrieve(bundle), bundle)
+            assert [n.node.node_id for n in retriever.retrieve(bundle.query_str)] == [
+                n.node.node_id for n in whole.nodes], bundle.query_str
+            moved += any("newer version of" in row.reason for row in whole.rows)
+        index.vector_store.close()
+    assert moved

@@ -46,7 +46,6 @@ from llama_index_recency.storage import (
     SentenceReader,
     arun_search,
     aterm_counts,
-    fill_sentences,
     fill_terms,
     has_async_client,
     is_local,
@@ -288,15 +287,11 @@ class ExactSearch:
         return self._ready
 
     def _fill_terms(self) -> None:
-        """Store the terms of the memories that lack them, once, when the lexical signal is on,
-        and their sentence vectors when newer versions are placed first (a store another
-        program made is only read: its memories without them score on relevance alone and
-        are paired by their own vectors)."""
-        if self._ready and self._ours:
-            if self.policy.reads_words:
-                fill_terms(self.vector_store)
-            if self.policy.supersede_margin is not None:
-                fill_sentences(self.vector_store, self.embed_model)
+        """Store the terms of the memories that lack them, once, when the lexical signal is on
+        (a store another program made is only read: its memories without terms score on
+        relevance alone)."""
+        if self._ready and self.policy.reads_words and self._ours:
+            fill_terms(self.vector_store)
 
     def _check_counts(self, total: int, dated: int) -> None:
         """Ready once there is a memory; a store of undated points is someone else's."""

@@ -105,8 +105,14 @@ def decoded(stored: object, size: int, text: str) -> Optional[np.ndarray]:
     return unit / np.maximum(np.linalg.norm(unit, axis=1, keepdims=True), 1e-12)
 
 
+SPLIT_RULES = 1
+"""Moves when the sentence rule changes: vectors split by another rule are not read."""
+
+
 def _digest(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    """The text and the rule that split it, as stored with its vectors."""
+    return hashlib.blake2b(f"{SPLIT_RULES}\n{text}".encode("utf-8", "surrogatepass"),
+                           digest_size=8).hexdigest()
 
 
 def sentence_versions(

@@ -110,7 +110,10 @@ def newer_versions_first(
         return ranking
     # The top supersede_window by relevance, as the exact retriever fetches them: the pairs
     # depend on the window's statistics, so both paths must compare the same candidates.
-    window = sorted(nodes.values(), key=lambda c: (-(c.score or 0.0), c.node.node_id))
+    # (by cosine: the retriever's window search leaves the words' part out)
+    words = lexical_part or (lambda _: 0.0)
+    window = sorted(nodes.values(), key=lambda c: (-((c.score or 0.0) - words(c.node.node_id)),
+                                                   c.node.node_id))
     window = window[:policy.supersede_window]
     by_vectors = _between_statements(window, policy.supersede_z)
     if sentences is not None:

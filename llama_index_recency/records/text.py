@@ -29,11 +29,12 @@ so does a single letter (an initial: "J. K. Rowling", "U.S. Army"; not a digit: 
 and "No." before a number."""
 
 _MONTHS = frozenset(
-    "jan january feb february mar march apr april may jun june jul july aug august sep sept "
+    "jan january feb february mar march apr april jun june jul july aug august sep sept "
     "september oct october nov november dec december januar februar märz mai juni juli "
     "oktober dez dezember".split()
 )
-"""Month names that follow an ordinal number ("am 3. Mai", "the 3. June"): no sentence end."""
+"""Month names that follow an ordinal number ("am 3. Mai", "the 3. June"): no sentence end
+("May" is left out: "I got 3. May I ask?")."""
 
 _DASHES = "-‐‒–—―−˗⁃ー"
 """The hyphen and what reads as one between digits after NFKC (which folds ‑, －, ﹣, ﹘ and ｰ

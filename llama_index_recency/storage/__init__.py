@@ -77,6 +77,7 @@ from llama_index_recency.storage.outbox import (
 from llama_index_recency.storage.sentences import (
     SentenceReader,
     fill_sentences,
+    stored_sentences,
     write_sentences,
 )
 from llama_index_recency.storage.store import (
@@ -153,6 +154,7 @@ __all__ = [
     "save_policy",
     "SentenceReader",
     "sentence_payloads",
+    "stored_sentences",
     "stored_vectors",
     "sync_client",
     "term_counts",

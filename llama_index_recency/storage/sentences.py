@@ -59,6 +59,32 @@ def write_sentences(store: BasePydanticVectorStore,
         for identifier, fields in payloads])
 
 
+def stored_sentences(store: BasePydanticVectorStore,
+                     ids: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The stored sentence vectors of the memories ``ids`` as :func:`write_sentences` takes
+    them, in one read (for a write that replaces whole payloads to put back)."""
+    return [(str(record.id), {SENTENCES_KEY: (record.payload or {})[SENTENCES_KEY]})
+            for record in _records(store, [i for i in ids if is_memory_id(i)], False)
+            if (record.payload or {}).get(SENTENCES_KEY) is not None]
+
+
+def _records(store: BasePydanticVectorStore, ids: Sequence[str], with_text: bool) -> list[Any]:
+    """The points ``ids`` with their sentence vectors (and their text), in one read."""
+    if not ids:
+        return []
+    if isinstance(store, QdrantEdgeVectorStore):
+        shard = store.client
+        return [] if shard is None else shard.retrieve(
+            [point_id(i) for i in ids], True if with_text else [SENTENCES_KEY], False)
+    assert isinstance(store, QdrantVectorStore)
+    client: Any = store.client
+    if client is None:
+        return []
+    return client.retrieve(store.collection_name, ids=list(ids),
+                           with_payload=True if with_text else [SENTENCES_KEY],
+                           with_vectors=False)
+
+
 def fill_sentences(store: BasePydanticVectorStore, embed_model: BaseEmbedding) -> int:
     """Store the sentence vectors of every memory of ``store`` that lacks them, embedding
     those of several sentences with ``embed_model`` in batches; how many were embedded
@@ -72,7 +98,7 @@ def fill_sentences(store: BasePydanticVectorStore, embed_model: BaseEmbedding) -
     try:
         for batch in _lacking(store):
             payloads = sentence_payloads(embed_model, batch)
-            write_sentences(store, payloads)
+            write_sentences(store, _unchanged(store, dict(batch), payloads))
             embedded += sum(1 for _, fields in payloads if fields[SENTENCES_KEY]["rows"])
     except BaseException as error:
         # An interrupt stays an interrupt; Edge reports a damaged payload file as a panic
@@ -85,6 +111,16 @@ def fill_sentences(store: BasePydanticVectorStore, embed_model: BaseEmbedding) -
         logger.info("llama-index-recency: stored the sentence vectors of %d memories that "
                     "lacked them", embedded)
     return embedded
+
+
+def _unchanged(store: BasePydanticVectorStore, texts: dict[str, str],
+               payloads: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """``payloads`` of the memories whose text is still the one embedded (read again just
+    before the write: one rewritten or forgotten meanwhile keeps what its own write put)."""
+    now = {_canonical(str(record.id)): page_text(record.payload or {})
+           for record in _records(store, [i for i, _ in payloads], True)}
+    return [(identifier, fields) for identifier, fields in payloads
+            if now.get(_canonical(identifier)) == texts[identifier]]
 
 
 def _lacking(store: BasePydanticVectorStore) -> Iterator[list[tuple[str, str]]]:
@@ -129,18 +165,7 @@ class SentenceReader:
         asked, found = self._asked(request)
         if not asked or self.store is None:
             return found
-        ids = [identifier for identifier, _ in asked.values()]
-        if isinstance(self.store, QdrantEdgeVectorStore):
-            shard = self.store.client
-            records = [] if shard is None else shard.retrieve(
-                [point_id(i) for i in ids], [SENTENCES_KEY], False)
-        else:
-            assert isinstance(self.store, QdrantVectorStore)
-            client: Any = self.store.client
-            if client is None:  # only an async client: :meth:`amatrices` reads it
-                return found
-            records = client.retrieve(self.store.collection_name, ids=ids,
-                                      with_payload=[SENTENCES_KEY], with_vectors=False)
+        records = _records(self.store, [i for i, _ in asked.values()], False)
         return {**found, **self._read(records, asked, size)}
 
     async def amatrices(self, request: MemorySentences, size: int) -> dict[str, np.ndarray]:

@@ -157,7 +157,11 @@ def open_memory_index(
     if client is None and aclient is None and url is None:
         if path is None or not is_local_mode_store(path):
             store = _edge_store(path, collection_name, identity)
-            fill_sentences(store, embed_model)  # of a store made before 0.4, once
+            try:
+                fill_sentences(store, embed_model)  # of a store made before 0.4, once
+            except BaseException:  # an interrupt: the lock is not kept by a half-open store
+                store.close()
+                raise
             return VectorStoreIndex.from_vector_store(store, embed_model=embed_model)
         logger.warning(
             "%s was written by llama-index-recency 0.1.0 (qdrant-client local mode); it works "

@@ -60,6 +60,7 @@ from llama_index_recency.storage import (
     outbox_path,
     save_forgotten,
     sentence_payloads,
+    stored_sentences,
     vector_store_of,
     write_sentences,
     write_terms,
@@ -464,7 +465,10 @@ def _delete(index: MemoryStore, doomed: Sequence[BaseNode]) -> None:
             relinked_nodes.append(node)
     # Relinked first: if the delete then fails, C supersedes A and B, still consistent.
     if relinked_nodes:
-        vector_store_of(index).add(relinked_nodes)  # same ids, same vectors: links only
+        store = vector_store_of(index)
+        sentences = stored_sentences(store, [node.node_id for node in relinked_nodes])
+        store.add(relinked_nodes)  # same ids, same vectors: links only
+        write_sentences(store, sentences)  # the add wrote the whole payload again
     delete_memories(index, sorted(gone))
 
 
