@@ -32,8 +32,8 @@ The pairing's moves are counted (true when the pair is (later, older) of one fac
 often the turn holding the answer still comes first: there nothing should move.
 ``--locomo DIR`` adds held-out LoCoMo recall@1/3/5 with and without the pairing, on stores
 written by plain ``insert_nodes`` (their sentence vectors then filled in, as the next open
-of the store would). Also the cost per retrieval of the default (gate on, turns) against Edge's plain top-8 search, with
-and without the pairing, same run. Writes ``benchmarks/results/conversation_updates.md``.
+of the store would). Also the cost per retrieval of the default (gate on, turns) against
+Edge's plain top-8 search, with and without the pairing, same run. Writes ``benchmarks/results/conversation_updates.md``.
 """
 
 from __future__ import annotations
