@@ -44,6 +44,7 @@ from llama_index_recency.storage import (
     SentenceReader,
     fill_sentences,
     sentence_payloads,
+    write_sentences,
 )
 from llama_index_recency.storage import sentences as sentence_storage
 
@@ -499,3 +500,49 @@ def test_the_retriever_keeps_what_the_postprocessor_keeps_on_random_logs_of_turn
             moved += any("newer version of" in row.reason for row in whole.rows)
         index.vector_store.close()
     assert moved
+
+
+def test_vectors_split_by_another_rule_are_embedded_again_at_the_next_fill(tmp_path) -> None:
+    embed = counting()
+    memory = RecencyMemory(embed, path=tmp_path / "store")
+    written = nodes()
+    memory.add(written)
+    store = memory.index.vector_store
+    held = stored(store, [written[0].node_id])[written[0].node_id]
+    write_sentences(store, [(written[0].node_id, {SENTENCES_KEY: {**held, "rule": 0}})])
+    assert fill_sentences(store, embed) == 1
+    again = stored(store, [written[0].node_id])[written[0].node_id]
+    assert again == held  # today's rule, readable for the text as it is
+
+
+def test_a_point_another_program_wrote_under_a_number_does_not_stop_a_fill() -> None:
+    embed = counting()
+    client = QdrantClient(location=":memory:")
+    index = open_memory_index(embed, client=client)
+    written = nodes()
+    index.insert_nodes(written)
+    client.upsert(index.vector_store.collection_name, [models.PointStruct(
+        id=7, vector=embed.get_text_embedding("x"), payload={"text": "Hello. Bye."})])
+    assert fill_sentences(index.vector_store, embed) == 3  # its two turns and the number's
+    assert all(stored(index.vector_store, [n.node_id for n in written]).values())
+
+
+def test_a_postprocessor_on_a_server_like_store_fills_in_terms_and_forget_keeps_them() -> None:
+    from llama_index_recency.ranking.lexical import TERMS_KEY
+    embed = counting()
+    client = QdrantClient(location=":memory:")
+    index = open_memory_index(embed, client=client)
+    first, second = memory_node(TURN_OLD, "2026-03-01"), memory_node(TURN_NEW, "2026-11-01")
+    third = memory_node(FUTSAL, "2026-11-20", supersedes=[second.node_id])
+    second.metadata["supersedes"] = [first.node_id]
+    index.insert_nodes([first, second, third])  # LlamaIndex's own write: no terms
+    RecencyBonusPostprocessor.from_index(index, reference_date=TODAY, lexical_weight=0.15)
+
+    def terms_of(node_id: str) -> object:
+        (record,) = client.retrieve(index.vector_store.collection_name, ids=[node_id],
+                                    with_payload=[TERMS_KEY])
+        return (record.payload or {}).get(TERMS_KEY)
+
+    assert terms_of(third.node_id)
+    RecencyMemory(index=index).forget([second.node_id])  # third is relinked past second
+    assert terms_of(third.node_id)

@@ -32,6 +32,7 @@ from llama_index_recency.storage import (
     collection_metadata,
     embedding_of,
     fill_sentences,
+    fill_terms,
     index_policy,
     made_here,
     memory_scope,
@@ -153,8 +154,11 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         made._overrides, made._adopted = overrides, policy_records(metadata, user_id)
         made._user_id = user_id
         made._sentences = SentenceReader(store)
-        if made_here(store, metadata) and made.supersede_margin is not None:
-            fill_sentences(store, own["embed_model"])  # what plain insert_nodes left without
+        if made_here(store, metadata):  # what plain insert_nodes left without
+            if made.reads_words:
+                fill_terms(store)
+            if made.supersede_margin is not None:
+                fill_sentences(store, own["embed_model"])
         return made
 
     def explain(

@@ -28,8 +28,13 @@ from llama_index_recency.ranking.language import question_language
 from llama_index_recency.records.text import sentences
 
 SENTENCES_KEY = "recency_sentences"
-"""Payload key of a memory's sentence vectors: ``{"of": <digest of the text>, "rows": [...]}``,
-each row float16 in base64, so vectors of a text since changed are never read for it."""
+"""Payload key of a memory's sentence vectors: ``{"of": <digest of the text and rule>, "rule":
+SPLIT_RULES, "rows": [...]}``, each row float16 in base64, so vectors of a text since changed
+are never read for it."""
+
+SPLIT_RULES = 1
+"""Moves when the sentence rule changes: vectors split by another rule are not read, and a
+store's are embedded again when it is next filled in."""
 
 MOST_SENTENCES = 24
 """Sentences kept per memory (the last one holds the rest of a longer text)..."""
@@ -81,7 +86,7 @@ def _bounded(text: str) -> tuple[str, ...]:
 
 def encoded(vectors: Sequence[Sequence[float]], text: str) -> dict[str, Any]:
     """The sentence vectors of the memory ``text`` as stored (float16, base64, one string each)."""
-    return {"of": _digest(text), "rows": [
+    return {"of": _digest(text), "rule": SPLIT_RULES, "rows": [
         base64.b64encode(np.asarray(v, dtype="<f2").tobytes()).decode("ascii") for v in vectors]}
 
 
@@ -105,8 +110,6 @@ def decoded(stored: object, size: int, text: str) -> Optional[np.ndarray]:
     return unit / np.maximum(np.linalg.norm(unit, axis=1, keepdims=True), 1e-12)
 
 
-SPLIT_RULES = 1
-"""Moves when the sentence rule changes: vectors split by another rule are not read."""
 
 
 def _digest(text: str) -> str:

@@ -11,6 +11,7 @@ Edge, ``history`` reads a fact's versions and ``outbox`` keeps conversations not
 from llama_index_recency.storage.access import (
     DEFAULT_COLLECTION,
     EDGE_DIRECTORY,
+    WRITES,
     MemoryStore,
     MemoryVectorStore,
     check_collection_name,
@@ -96,6 +97,7 @@ from llama_index_recency.storage.store import (
 from llama_index_recency.storage.terms import fill_terms, write_terms
 
 __all__ = [
+    "WRITES",
     "aget_memories",
     "amemory_history",
     "arun_search",

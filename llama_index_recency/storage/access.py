@@ -8,6 +8,7 @@ import asyncio
 import errno
 import os
 import re
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -30,6 +31,12 @@ from llama_index_recency.errors import (
 )
 from llama_index_recency.records.nodes import control_character
 from llama_index_recency.storage.edge import QdrantEdgeVectorStore
+
+WRITES = threading.RLock()
+"""One write of memories at a time in this process: a re-added memory is read, merged and
+written back; forget rewrites the links of the memories around the deleted ones and records
+when a user was forgotten, which a write of what was said checks; a fill of sentence vectors
+checks the texts it embedded, then writes."""
 
 DEFAULT_COLLECTION = "memories"
 

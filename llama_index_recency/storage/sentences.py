@@ -21,8 +21,9 @@ from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import models
 
 from llama_index_recency.ranking.plan import MemorySentences
-from llama_index_recency.ranking.sentences import SENTENCES_KEY, decoded
+from llama_index_recency.ranking.sentences import SENTENCES_KEY, SPLIT_RULES, decoded
 from llama_index_recency.records.nodes import canonical_id, is_memory_id
+from llama_index_recency.storage.access import WRITES
 from llama_index_recency.storage.edge import QdrantEdgeVectorStore
 from llama_index_recency.storage.edge_points import (
     point_id,
@@ -36,6 +37,10 @@ logger = logging.getLogger(__name__)
 
 BATCH = 64
 """Memories embedded and stored per call while filling in."""
+
+RULE_KEY = f"{SENTENCES_KEY}.rule"
+"""The stored sentence rule, which the fill selects on: a memory split by another rule is
+embedded again."""
 
 KEPT = 512
 """Memories whose sentence vectors a reader keeps between questions (a few MB)."""
@@ -98,7 +103,8 @@ def fill_sentences(store: BasePydanticVectorStore, embed_model: BaseEmbedding) -
     try:
         for batch in _lacking(store):
             payloads = sentence_payloads(embed_model, batch)
-            write_sentences(store, _unchanged(store, dict(batch), payloads))
+            with WRITES:  # no write of the package between the check and this write
+                write_sentences(store, _unchanged(store, dict(batch), payloads))
             embedded += sum(1 for _, fields in payloads if fields[SENTENCES_KEY]["rows"])
     except BaseException as error:
         # An interrupt stays an interrupt; Edge reports a damaged payload file as a panic
@@ -124,11 +130,13 @@ def _unchanged(store: BasePydanticVectorStore, texts: dict[str, str],
 
 
 def _lacking(store: BasePydanticVectorStore) -> Iterator[list[tuple[str, str]]]:
-    """(id, text) of the memories without sentence vectors, :data:`BATCH` at a time."""
+    """(id, text) of the memories without sentence vectors split by today's rule (none, or
+    another rule's), :data:`BATCH` at a time."""
     if isinstance(store, QdrantEdgeVectorStore):
         shard = store.client
         assert shard is not None
-        lacking = edge.Filter(must=[edge.IsEmptyCondition(SENTENCES_KEY)])
+        lacking = edge.Filter(must_not=[edge.FieldCondition(
+            key=RULE_KEY, match=edge.MatchValue(SPLIT_RULES))])
         # Kept until the store's next write: a retriever made again on an unchanged store
         # does not scan it again.
         found = store.kept(("sentences lacking",), lambda: [
@@ -141,8 +149,8 @@ def _lacking(store: BasePydanticVectorStore) -> Iterator[list[tuple[str, str]]]:
     client: Any = store.client
     if not client.collection_exists(store.collection_name):
         return
-    selection = models.Filter(must=[models.IsEmptyCondition(
-        is_empty=models.PayloadField(key=SENTENCES_KEY))])
+    selection = models.Filter(must_not=[models.FieldCondition(
+        key=RULE_KEY, match=models.MatchValue(value=SPLIT_RULES))])
     for records in pages(client, store.collection_name, selection):
         found = [(str(record.id), page_text(record.payload or {})) for record in records]
         for start in range(0, len(found), BATCH):
@@ -220,5 +228,8 @@ _CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-
 
 
 def _canonical(memory_id: str) -> str:
-    """:func:`canonical_id`, without parsing an id already spelled so."""
-    return memory_id if _CANONICAL.match(memory_id) else canonical_id(memory_id)
+    """:func:`canonical_id`, without parsing an id already spelled so; a point id that is no
+    UUID (another program's integer) as it is."""
+    if _CANONICAL.match(memory_id) or not is_memory_id(memory_id):
+        return memory_id
+    return canonical_id(memory_id)

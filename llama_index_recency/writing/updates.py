@@ -10,7 +10,6 @@ batch fails. Links are only the newer memory's ``supersedes`` (see
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
@@ -47,6 +46,7 @@ from llama_index_recency.records.nodes import (
     says_something,
 )
 from llama_index_recency.storage import (
+    WRITES,
     MemoryStore,
     Outbox,
     QdrantEdgeVectorStore,
@@ -79,10 +79,6 @@ Progress = Callable[[str, int, int], None]
 """``(phase, done, total)``: phase "embedding" or "storing", called as the phase starts
 (``done`` 0) and after each batch; a phase with nothing to do is not reported."""
 
-# A re-added memory is read, merged and written back; forget rewrites the links of the
-# memories around the deleted ones and records when a user was forgotten, which a write of
-# what was said checks: one of these at a time in this process.
-_WRITES = threading.RLock()
 
 
 @dataclass(frozen=True)
@@ -130,7 +126,7 @@ def insert_memories(
             ``replace``) another user than it is stored with; nothing is written.
         PartialWriteError: A batch failed; it says how many memories were stored.
     """
-    with _WRITES:
+    with WRITES:
         for node in nodes:
             _spell_canonically(node)
             _check_owner(node)
@@ -363,7 +359,7 @@ def update_memory(
         FutureMemoryDateError: A date after tomorrow, without ``allow_future=True``.
         PartialWriteError: The new memory could not be stored.
     """
-    with _WRITES:  # a forget of the old memory waits, then links the new one past it
+    with WRITES:  # a forget of the old memory waits, then links the new one past it
         old = get_memory(index, node_id, user_id=user_id)
         new = memory_node(text, memory_date, user_id=old.metadata.get(USER_ID_KEY),
                           supersedes=[old.node_id], **node_options)
@@ -415,7 +411,7 @@ def forget(
             f"forget needs ids, user_id, before or filters with a condition, got "
             f"filters={filters!r}; it never deletes everything")
     whole_user = _whole_user(user_id, filters) if ids is None and before is None else None
-    with _WRITES:
+    with WRITES:
         at = datetime.now(timezone.utc)
         doomed = get_memories(index, ids, scope)
         if doomed:
@@ -449,7 +445,7 @@ def _whole_user(user_id: Optional[str], filters: Optional[MetadataFilters]) -> O
 
 def _delete(index: MemoryStore, doomed: Sequence[BaseNode]) -> None:
     """Delete ``doomed``, first linking the memories that named them past them (hold
-    ``_WRITES``)."""
+    ``WRITES``)."""
     gone = {node.node_id: node for node in doomed}
     neighbours = [node for node in get_memories(index, filters=_naming(sorted(gone)))
                   if node.node_id not in gone]
@@ -468,7 +464,9 @@ def _delete(index: MemoryStore, doomed: Sequence[BaseNode]) -> None:
         store = vector_store_of(index)
         sentences = stored_sentences(store, [node.node_id for node in relinked_nodes])
         store.add(relinked_nodes)  # same ids, same vectors: links only
-        write_sentences(store, sentences)  # the add wrote the whole payload again
+        if not isinstance(store, QdrantEdgeVectorStore):
+            write_terms(store, relinked_nodes)  # the add wrote the whole payload again
+        write_sentences(store, sentences)
     delete_memories(index, sorted(gone))
 
 
