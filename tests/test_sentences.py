@@ -263,7 +263,8 @@ def test_a_plain_insert_is_filled_in_when_the_store_is_next_opened_never_by_a_qu
     assert all(stored(reopened.index.vector_store, [n.node_id for n in written]).values())
 
 
-def test_a_store_made_before_is_filled_in_when_it_is_opened(tmp_path) -> None:
+def test_a_store_made_before_is_filled_in_when_it_is_opened(
+        tmp_path, caplog: pytest.LogCaptureFixture) -> None:
     embed = counting()
     client = QdrantClient(path=str(tmp_path / "local"))
     index = open_memory_index(embed, client=client)
@@ -274,6 +275,7 @@ def test_a_store_made_before_is_filled_in_when_it_is_opened(tmp_path) -> None:
     index = open_memory_index(embed, client=client)
     assert sorted(embed.texts) == sorted(memory_sentences(TURN_OLD) + memory_sentences(TURN_NEW))
     assert all(stored(index.vector_store, [n.node_id for n in written]).values())
+    assert caplog.text.count("embedding the sentences of the memories stored without them") == 1
 
 
 def test_an_apps_own_collection_is_only_read_and_nothing_is_embedded_for_a_question() -> None:

@@ -1,6 +1,6 @@
 """Each memory's sentence vectors in the store: written with the memories the package writes,
 filled in once, where the embedding model is at hand, for memories written otherwise (plain
-``insert_nodes``, a store made before 0.4), and read by id on the question path, never
+``insert_nodes``, an older store), and read by id on the question path, never
 embedded there. A collection another program made is only read unless
 :func:`fill_sentences` is called on it."""
 
@@ -23,6 +23,7 @@ from qdrant_client import models
 from llama_index_recency.ranking.plan import MemorySentences
 from llama_index_recency.ranking.sentences import SENTENCES_KEY, SPLIT_RULES, decoded
 from llama_index_recency.records.nodes import canonical_id, is_memory_id
+from llama_index_recency.records.text import is_one_statement
 from llama_index_recency.storage.access import WRITES
 from llama_index_recency.storage.edge import QdrantEdgeVectorStore
 from llama_index_recency.storage.edge_points import (
@@ -99,9 +100,13 @@ def fill_sentences(store: BasePydanticVectorStore, embed_model: BaseEmbedding) -
         return 0
     if isinstance(store, QdrantVectorStore) and store.client is None:
         return 0
-    embedded = 0
+    embedded, announced = 0, False
     try:
         for batch in _lacking(store):
+            if not announced and any(not is_one_statement(text) for _, text in batch):
+                announced = True
+                logger.warning("llama-index-recency: embedding the sentences of the memories "
+                               "stored without them, once (a large store takes a while)")
             payloads = sentence_payloads(embed_model, batch)
             with WRITES:  # no write of the package between the check and this write
                 write_sentences(store, _unchanged(store, dict(batch), payloads))

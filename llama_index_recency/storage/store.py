@@ -158,7 +158,7 @@ def open_memory_index(
         if path is None or not is_local_mode_store(path):
             store = _edge_store(path, collection_name, identity)
             try:
-                fill_sentences(store, embed_model)  # of a store made before 0.4, once
+                fill_sentences(store, embed_model)  # an older store's, once
             except BaseException:  # an interrupt: the lock is not kept by a half-open store
                 store.close()
                 raise
