@@ -548,3 +548,56 @@ def test_a_postprocessor_on_a_server_like_store_fills_in_terms_and_forget_keeps_
     assert terms_of(third.node_id)
     RecencyMemory(index=index).forget([second.node_id])  # third is relinked past second
     assert terms_of(third.node_id)
+
+
+def test_an_export_with_embeddings_carries_the_sentence_vectors_an_import_stores_as_they_are(
+        tmp_path) -> None:
+    embed = counting()
+    memory = RecencyMemory(embed, path=tmp_path / "store")
+    written = nodes()
+    memory.add(written)
+    exported = tmp_path / "memories.jsonl"
+    memory.export(exported, with_embeddings=True)
+    lines = [json.loads(line) for line in exported.read_text("utf-8").splitlines()]
+    assert sum("sentences" in line for line in lines) == 2  # the two turns, not the fact
+    other = RecencyMemory(embed, path=tmp_path / "other")
+    embed.texts.clear()
+    other.import_(exported)
+    assert embed.texts == []  # neither the memories nor their sentences embedded again
+    assert stored(other.index.vector_store, [n.node_id for n in written]) == stored(
+        memory.index.vector_store, [n.node_id for n in written])
+    # Vectors that do not fit the line's text are embedded again, not stored as given.
+    turn = next(line for line in lines if "sentences" in line)
+    turn["text"] = turn["text"].replace("Broncos", "Rams").replace("Chiefs", "Rams")
+    turn.pop("id")
+    exported.write_text(json.dumps(turn) + "\n", "utf-8")
+    third = RecencyMemory(embed, path=tmp_path / "third")
+    embed.texts.clear()
+    third.import_(exported)
+    assert len(embed.texts) == 3  # its three sentences
+
+
+def test_a_line_with_sentence_vectors_but_no_embedding_is_refused_by_number(tmp_path) -> None:
+    from llama_index_recency.errors import MemoryFileError
+    path = tmp_path / "memories.jsonl"
+    path.write_text(json.dumps({"text": "Hi. Bye.", "date": "2026-01-01",
+                                "sentences": {"rows": []}}) + "\n", "utf-8")
+    with pytest.raises(MemoryFileError, match=r"line 1: .*\"sentences\".*\"embedding\""):
+        RecencyMemory(counting(), path=tmp_path / "store").import_(path)
+
+
+def test_the_cli_import_stores_an_exports_sentence_vectors_without_embedding(tmp_path) -> None:
+    memory = RecencyMemory(path=tmp_path / "store")  # the bundled model, as the CLI loads it
+    memory.add(nodes())
+    exported = tmp_path / "memories.jsonl"
+    memory.export(exported, with_embeddings=True)
+    memory.close()
+    lines = [json.loads(line) for line in exported.read_text("utf-8").splitlines()]
+    turn = next(line for line in lines if "sentences" in line)
+    rows = turn["sentences"]["rows"]
+    rows[0], rows[1] = rows[1], rows[0]  # still the text's, but not what embedding gives
+    exported.write_text("".join(json.dumps(line) + "\n" for line in lines), "utf-8")
+    from llama_index_recency.cli import main
+    assert main(["import", str(exported), "--store", str(tmp_path / "other")]) == 0
+    other = RecencyMemory(path=tmp_path / "other")
+    assert stored(other.index.vector_store, [turn["id"]])[turn["id"]]["rows"] == rows

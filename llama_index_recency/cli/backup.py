@@ -115,7 +115,8 @@ def run_import(args: argparse.Namespace, session: Session) -> int:
         except MemoryFileError as error:
             raise CommandError(f"memory file {error}") from None
         replaced = memories.replacing(index) if args.replace else []
-        written = session.insert(index, nodes, replace=args.replace)
+        written = session.insert(index, nodes, replace=args.replace,
+                                 sentences=memories.given_sentences())
         total = count_memories(index)
         warning = session.gate_after_write(index)
     session.console.print(summary(written, location, total))

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Optional
 
 import platformdirs
 from llama_index.core import VectorStoreIndex
@@ -294,11 +295,13 @@ class Session:
         return f"gate refitted: {index_policy(index).gate_description()}"
 
     def insert(self, index: VectorStoreIndex, nodes: Sequence[TextNode], *,
-               replace: bool = False) -> Written:
+               replace: bool = False,
+               sentences: Optional[Mapping[str, dict[str, Any]]] = None) -> Written:
         """Store ``nodes`` through :func:`~llama_index_recency.writing.updates.insert_memories` (the
         one write: skips what is stored as given, embeds the rest, stores in batches), with
         progress (:class:`PhaseProgress`) and a timed stage per phase; ``replace`` lets a
-        node give a stored memory another user (``import --replace``).
+        node give a stored memory another user (``import --replace``); ``sentences``: the
+        stored sentence vectors an export carries, by id.
 
         Raises:
             PartialWriteError: A batch failed (with the exact count stored), or the
@@ -311,7 +314,8 @@ class Session:
         texts = {node.node_id: node.get_content() for node in unique}
         with PhaseProgress(self.console, self.errors, self.timings.add) as progress:
             try:
-                stored = insert_memories(index, unique, on_progress=progress, replace=replace)
+                stored = insert_memories(index, unique, on_progress=progress, replace=replace,
+                                         sentences=sentences)
             except PartialWriteError:
                 raise
             except Exception as error:

@@ -24,6 +24,9 @@ Each line is an object with these fields, in this order::
   :data:`~llama_index_recency.storage.metadata.EMBEDDING_METADATA_KEY`) and the memory's vector,
   written with 9 significant digits, which restore the stored float32 values exactly.
   Every line carries its own identity, so files can be concatenated or filtered.
+- ``sentences`` (``with_embeddings=True``, a memory of several sentences only): its stored
+  sentence vectors, so an import embeds nothing; vectors that do not fit the line's text
+  or the store are embedded again instead.
 
 Lines are written newest first (undated cannot occur: every exported memory has a date),
 memories of one instant by id, so the same store always exports the same file.
@@ -44,6 +47,7 @@ from llama_index.core import VectorStoreIndex
 from llama_index.core.schema import BaseNode
 
 from llama_index_recency.errors import InvalidInputError, MemoryFileError
+from llama_index_recency.ranking.sentences import SENTENCES_KEY
 from llama_index_recency.records.dates import parse_memory_date
 from llama_index_recency.records.links import linked_ids
 from llama_index_recency.records.nodes import (
@@ -51,7 +55,13 @@ from llama_index_recency.records.nodes import (
     SUPERSEDES_KEY,
     USER_ID_KEY,
 )
-from llama_index_recency.storage import MemoryStore, embedding_identity, get_memories
+from llama_index_recency.storage import (
+    MemoryStore,
+    embedding_identity,
+    get_memories,
+    stored_sentences,
+    vector_store_of,
+)
 from llama_index_recency.twins import in_thread
 from llama_index_recency.writing.memory_file import (
     DATE_KEY,
@@ -112,6 +122,8 @@ def memory_lines(
             if successor in owners:
                 newer.setdefault(successor, set()).add(node.node_id)
     records = [_record(node, newer.get(node.node_id, set()), owners) for node in nodes]
+    held = {} if identity is None else dict(
+        stored_sentences(vector_store_of(index), [node.node_id for node in nodes]))
     for node, record in zip(nodes, records, strict=True):
         line = json.dumps(record, ensure_ascii=False)
         if identity is None:
@@ -125,7 +137,9 @@ def memory_lines(
         numbers = ", ".join(map("{:.9g}".format, vector))
         model = json.dumps({"model": identity["model"], "dimensions": identity["dimensions"]},
                            ensure_ascii=False)
-        yield f'{line[:-1]}, "embedding_model": {model}, "embedding": [{numbers}]}}'
+        sentences = (held.get(node.node_id) or {}).get(SENTENCES_KEY) or {}
+        extra = f', "sentences": {json.dumps(sentences)}' if sentences.get("rows") else ""
+        yield f'{line[:-1]}, "embedding_model": {model}, "embedding": [{numbers}]{extra}}}'
 
 
 def _record(node: BaseNode, superseded_by_others: set[str],
@@ -282,7 +296,8 @@ def import_memories(
                     f"a memory of user {node.metadata.get(USER_ID_KEY)!r}, not {user_id!r}; "
                     "import it without a user"))
     nodes = memory_file.checked_for(index, replace=replace)
-    return len(insert_memories(index, nodes, on_progress=on_progress, replace=replace).new)
+    return len(insert_memories(index, nodes, on_progress=on_progress, replace=replace,
+                               sentences=memory_file.given_sentences()).new)
 
 
 aimport_memories = in_thread(import_memories)

@@ -29,7 +29,7 @@ from llama_index_recency.storage import MemoryStore, embedding_identity, get_mem
 
 DATE_KEY = "date"
 FIELDS = ("id", "text", "date", "user_id", "supersedes", "metadata", "embedding_model",
-          "embedding")
+          "embedding", "sentences")
 """The fields of a line, in the order they are written."""
 OWN_FIELDS = (DATE_KEY, USER_ID_KEY, SUPERSEDES_KEY, SUPERSEDED_BY_KEY)
 """Metadata keys that are fields of their own, never inside ``metadata``."""
@@ -44,6 +44,13 @@ class MemoryFile:
     nodes: tuple[TextNode, ...]
     lines: tuple[int, ...]
     models: tuple[Optional[dict[str, Any]], ...]
+    sentences: tuple[Optional[dict[str, Any]], ...]
+    """Each line's stored sentence vectors (``sentences``), None for a line without."""
+
+    def given_sentences(self) -> dict[str, dict[str, Any]]:
+        """The lines' stored sentence vectors by memory id (an export with embeddings)."""
+        return {node.node_id: held for node, held in zip(self.nodes, self.sentences,
+                                                         strict=True) if held}
 
     def checked_for(self, index: MemoryStore, *, replace: bool = False) -> list[TextNode]:
         """The nodes (not copies), once checked against the store they go into: vectors of
@@ -163,11 +170,12 @@ def read_memory_file(path: str | os.PathLike[str]) -> MemoryFile:
     nodes: list[TextNode] = []
     lines: list[int] = []
     models: list[Optional[dict[str, Any]]] = []
+    sentences: list[Optional[dict[str, Any]]] = []
     seen: dict[str, int] = {}
     for number, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
             continue
-        node, model = _node(path, number, raw)
+        node, model, held = _node(path, number, raw)
         if node.node_id in seen:
             raise MemoryFileError(path, number, f"memory {node.node_id} is also on line "
                                   f"{seen[node.node_id]}")
@@ -175,17 +183,20 @@ def read_memory_file(path: str | os.PathLike[str]) -> MemoryFile:
         nodes.append(node)
         lines.append(number)
         models.append(model)
+        sentences.append(held)
     if not nodes:  # most likely the wrong file, or one cut short: 0 stored would hide it
         raise MemoryFileError(path, 1, "the file holds no memory (one JSON object a line, as "
                               "export writes them)")
     problem = link_problem(None, nodes, must_exist=False)  # within the file, before the store
     if problem is not None:
         raise MemoryFileError(path, lines[problem[0]], problem[1])
-    return MemoryFile(path, tuple(nodes), tuple(lines), tuple(models))
+    return MemoryFile(path, tuple(nodes), tuple(lines), tuple(models), tuple(sentences))
 
 
-def _node(path: Path, number: int, raw: str) -> tuple[TextNode, Optional[dict[str, Any]]]:
-    """The node for one line, and the embedding model of its vector (None without one)."""
+def _node(path: Path, number: int, raw: str
+          ) -> tuple[TextNode, Optional[dict[str, Any]], Optional[dict[str, Any]]]:
+    """The node for one line, the embedding model of its vector and its stored sentence
+    vectors (None without them)."""
     def bad(problem: str) -> MemoryFileError:
         return MemoryFileError(path, number, problem)
 
@@ -227,6 +238,10 @@ def _node(path: Path, number: int, raw: str) -> tuple[TextNode, Optional[dict[st
     if key is not None and not isinstance(key, str):  # questions name memories by it
         raise bad(f'"metadata" "{DEFAULT_KEY}" must be a string, got {_shown(key)}')
     vector = _vector(item, bad)
+    held = item.get("sentences")
+    if held is not None and (vector is None or not isinstance(held, dict)):
+        raise bad('"sentences" must be an object, and comes with its "embedding", got '
+                  f'{_given(item, "sentences")}')
     try:
         built = memory_node(item["text"], item["date"], user_id=user,
                             supersedes=links or None, metadata=metadata or None,
@@ -248,7 +263,7 @@ def _node(path: Path, number: int, raw: str) -> tuple[TextNode, Optional[dict[st
             excluded_llm_metadata_keys=list(built.excluded_llm_metadata_keys),
             embedding=vector,
         )
-    return node, None if vector is None else item["embedding_model"]
+    return node, None if vector is None else item["embedding_model"], held
 
 
 def _non_finite(value: Any) -> Optional[float]:

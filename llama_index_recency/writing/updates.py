@@ -25,7 +25,7 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_recency.errors import InvalidInputError, MemoryStoreFullError, PartialWriteError
-from llama_index_recency.ranking.sentences import SENTENCES_KEY
+from llama_index_recency.ranking.sentences import SENTENCES_KEY, decoded
 from llama_index_recency.records.links import (
     LINK_KEYS,
     check_link,
@@ -102,6 +102,7 @@ def insert_memories(
     on_progress: Optional[Progress] = None,
     replace: bool = False,
     said_at: Optional[datetime] = None,
+    sentences: Optional[Mapping[str, dict[str, Any]]] = None,
 ) -> StoredMemories:
     """Store ``nodes`` (memory_node's, or any with UUID ids): the one write every path uses.
 
@@ -116,9 +117,11 @@ def insert_memories(
     another user. ``said_at``: when the conversation ``nodes`` were extracted from was
     first said; the nodes of a user forgotten since (:func:`forget`) are left out. A
     refused node raises :class:`InvalidInputError` before anything is written. Nodes
-    without an embedding are embedded with the index's model, in batches (an
-    embedding error raises as is, before anything is stored), then stored in batches; a
-    failed batch raises :class:`PartialWriteError` with the exact number stored.
+    without an embedding are embedded with the index's model, in batches, and so are the
+    sentences of a node of several, unless ``sentences`` gives its stored ones (by id, as
+    an export carries them) and they fit its text (an embedding error raises as is, before
+    anything is stored); then stored in batches; a failed batch raises
+    :class:`PartialWriteError` with the exact number stored.
 
     Raises:
         InvalidInputError: A memory given twice, of a ``user_id`` that names no user (``""``,
@@ -153,8 +156,8 @@ def insert_memories(
                     node.embedding = old.embedding
             exclude_links_from_text(node)
             pending.append(node)
-        sentences = _embed(index, pending, on_progress)
-        _store(index, pending, sentences, on_progress)
+        vectors = _embed(index, pending, on_progress, sentences or {})
+        _store(index, pending, vectors, on_progress)
         new = tuple(node.node_id for node in unique if node.node_id not in stored)
         return StoredMemories(new=new, changed=changed, unchanged=tuple(unchanged),
                               forgotten=forgotten)
@@ -277,10 +280,11 @@ def _text(node: BaseNode) -> str:
     return node.get_content(metadata_mode=MetadataMode.EMBED)
 
 
-def _embed(index: VectorStoreIndex, nodes: Sequence[BaseNode], on_progress: Optional[Progress]
-           ) -> dict[str, dict[str, Any]]:
-    """Embed the nodes that have no vector, and the sentences of every node of several; a
-    failure raises as is: nothing is stored yet. Returns the sentence vectors' payloads by id."""
+def _embed(index: VectorStoreIndex, nodes: Sequence[BaseNode], on_progress: Optional[Progress],
+           given: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Embed the nodes that have no vector, and the sentences of every node of several but
+    those ``given`` stored vectors that fit it; a failure raises as is: nothing is stored yet.
+    Returns the sentence vectors' payloads by id."""
     missing = [node for node in nodes if node.embedding is None]
     if missing and on_progress is not None:
         on_progress("embedding", 0, len(missing))
@@ -292,10 +296,13 @@ def _embed(index: VectorStoreIndex, nodes: Sequence[BaseNode], on_progress: Opti
             node.embedding = vector
         if on_progress is not None:
             on_progress("embedding", start + len(batch), len(missing))
-    sentences: dict[str, dict[str, Any]] = {}
-    for start in range(0, len(nodes), EMBED_BATCH_SIZE):
+    sentences = {n.node_id: {SENTENCES_KEY: given[n.node_id]} for n in nodes
+                 if n.node_id in given and n.embedding
+                 and decoded(given[n.node_id], len(n.embedding), n.get_content()) is not None}
+    rest = [n for n in nodes if n.node_id not in sentences]
+    for start in range(0, len(rest), EMBED_BATCH_SIZE):
         sentences.update(sentence_payloads(model, [(n.node_id, n.get_content())
-                                                   for n in nodes[start:start + EMBED_BATCH_SIZE]]))
+                                                   for n in rest[start:start + EMBED_BATCH_SIZE]]))
     return sentences  # one sentence: the mark that none is needed
 
 
