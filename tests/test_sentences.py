@@ -396,7 +396,6 @@ def test_e5_the_turn_with_the_current_version_leads_a_log_of_turns(turn_log) -> 
         assert older not in found or found.index(later) < found.index(older), question
 
 
-
 @pytest.mark.slow
 @pytest.mark.parametrize("field", ["text", "fact_sentence"])
 def test_e5_the_retriever_keeps_what_the_postprocessor_keeps_over_the_whole_store(

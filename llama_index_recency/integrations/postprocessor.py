@@ -24,7 +24,6 @@ from llama_index_recency.ranking.sentences import QuestionSentences
 from llama_index_recency.ranking.small_talk import about_small_talk
 from llama_index_recency.ranking.supersession import newer_versions_first
 from llama_index_recency.records.nodes import USER_ID_KEY, check_user_id, is_memory_id
-from llama_index_recency.records.text import is_one_statement
 from llama_index_recency.storage import (
     MemoryVectorStore,
     QdrantEdgeVectorStore,
@@ -301,12 +300,10 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         """The question and the stored sentence vectors of its candidates of several
         sentences (from :meth:`from_index`); None without the store or the question's vector
         (a retriever sets it), so nothing is embedded here."""
-        several = [c.node for c in candidates if not is_one_statement(c.node.get_content())]
+        request = MemorySentences.of(c.node for c in candidates)
         if self._sentences is None or query_bundle is None or not query_bundle.embedding \
-                or not several:
+                or request is None:
             return None
-        request = MemorySentences(ids=tuple(n.node_id for n in several),
-                                  texts=tuple(n.get_content() for n in several))
         vector = query_bundle.embedding
         return QuestionSentences(query_bundle.query_str, vector,
                                  self._sentences.matrices(request, len(vector)))

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Optional, Union
 
-from llama_index.core.schema import NodeWithScore
+from llama_index.core.schema import BaseNode, NodeWithScore
 from llama_index.core.vector_stores.types import (
     FilterCondition,
     FilterOperator,
@@ -40,6 +40,7 @@ from llama_index.core.vector_stores.types import (
 from llama_index_recency.ranking.lexical import TERMS_KEY, LexicalQuery, terms
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.ranked import RecencyRanking
+from llama_index_recency.records.text import is_one_statement
 
 TIER_BONUS_FRACTIONS: tuple[float, ...] = (1 / 2, 1 / 8, 1 / 32, 1 / 256, 1 / 4096)
 """Tier j holds memories young enough to get at least this share of ``weight``.
@@ -111,11 +112,20 @@ class MemorySearch:
 class MemorySentences:
     """The sentence vectors of the memories ``ids`` (``texts``: their contents): the reply maps
     each id to its matrix, a row per sentence of
-    :func:`~llama_index_recency.ranking.sentences.memory_sentences`, as stored with it or
-    embedded once; a memory left out of the reply takes no part."""
+    :func:`~llama_index_recency.ranking.sentences.memory_sentences`, as stored with it; a
+    memory left out of the reply takes no part."""
 
     ids: tuple[str, ...]
     texts: tuple[str, ...]
+
+    @classmethod
+    def of(cls, nodes: Iterable[BaseNode]) -> Optional[MemorySentences]:
+        """The request for those of ``nodes`` that say several sentences; None for none."""
+        several = [node for node in nodes if not is_one_statement(node.get_content())]
+        if not several:
+            return None
+        return cls(ids=tuple(node.node_id for node in several),
+                   texts=tuple(node.get_content() for node in several))
 
 
 Request = Union[MemorySearch, MemorySentences]

@@ -110,8 +110,6 @@ def decoded(stored: object, size: int, text: str) -> Optional[np.ndarray]:
     return unit / np.maximum(np.linalg.norm(unit, axis=1, keepdims=True), 1e-12)
 
 
-
-
 def _digest(text: str) -> str:
     """The text and the rule that split it, as stored with its vectors."""
     return hashlib.blake2b(f"{SPLIT_RULES}\n{text}".encode("utf-8", "surrogatepass"),

@@ -72,11 +72,9 @@ def with_newer_versions(
     named = tuple(sorted(candidate.node.node_id for candidate in window))
     successors = yield from linked_memories(SUPERSEDES_KEY, named, filters)
     asked = None
-    several = [c.node for c in window if not is_one_statement(c.node.get_content())]
-    if question is not None and several:
-        matrices = yield MemorySentences(ids=tuple(n.node_id for n in several),
-                                         texts=tuple(n.get_content() for n in several))
-        asked = QuestionSentences(question[0], question[1], matrices)
+    request = MemorySentences.of(c.node for c in window)
+    if question is not None and request is not None:
+        asked = QuestionSentences(question[0], question[1], (yield request))
     return newer_versions_first(ranking, window, policy, reference, successors, lexical_part,
                                 asked)
 

@@ -370,10 +370,16 @@ def memory_node(
     )
 
 
+_CANONICAL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+"""A UUID spelled as the store spells it: one that need not be parsed again."""
+
+
 def is_memory_id(value: object) -> bool:
     """Whether ``value`` is a UUID string, the only id a memory (a Qdrant point) can have."""
     if not isinstance(value, str):
         return False
+    if _CANONICAL_ID.match(value):
+        return True
     try:
         uuid.UUID(value)
     except ValueError:
@@ -391,7 +397,7 @@ def canonical_id(memory_id: str) -> str:
     Raises:
         ValueError: ``memory_id`` is not a UUID in any spelling (from :class:`uuid.UUID`).
     """
-    return str(uuid.UUID(memory_id))
+    return memory_id if _CANONICAL_ID.match(memory_id) else str(uuid.UUID(memory_id))
 
 
 def calendar_day(value: date | datetime | str) -> date:

@@ -7,7 +7,6 @@ embedded there. A collection another program made is only read unless
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -229,12 +228,7 @@ class SentenceReader:
         return found
 
 
-_CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
-
-
-def _canonical(memory_id: str) -> str:
-    """:func:`canonical_id`, without parsing an id already spelled so; a point id that is no
-    UUID (another program's integer) as it is."""
-    if _CANONICAL.match(memory_id) or not is_memory_id(memory_id):
-        return memory_id
-    return canonical_id(memory_id)
+def _canonical(point: str) -> str:
+    """A point id as :func:`canonical_id` spells it; one that is no UUID (another program's
+    integer) as it is."""
+    return canonical_id(point) if is_memory_id(point) else point

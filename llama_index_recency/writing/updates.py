@@ -80,7 +80,6 @@ Progress = Callable[[str, int, int], None]
 (``done`` 0) and after each batch; a phase with nothing to do is not reported."""
 
 
-
 @dataclass(frozen=True)
 class StoredMemories:
     """What :func:`insert_memories` did, by memory id."""
