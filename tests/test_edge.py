@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from llama_index.core import Document, MockEmbedding, StorageContext, VectorStoreIndex
-from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
+from llama_index.core.schema import IndexNode, NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores.types import (
     FilterCondition,
     FilterOperator,
@@ -121,6 +121,28 @@ def test_a_scan_without_payloads_then_nodes_read_by_id(store: QdrantEdgeVectorSt
     assert all(n.embedding for n in got)
     with pytest.raises(InvalidInputError, match="'doc-1' is not a UUID"):
         store.get_nodes(node_ids=["doc-1"])
+
+
+def test_each_node_kind_and_a_legacy_payload_read_back_with_their_vectors(
+    store: QdrantEdgeVectorStore,
+) -> None:
+    """A node is read back as the class it was stored as, and a payload without
+    ``_node_content`` (as LlamaIndex's oldest stores wrote one) as a text node; each carries
+    its stored vector."""
+    linked = IndexNode(id_=node_id(2), text="2026-08-02: the trip notes.", index_id="trip",
+                       metadata={"date": "2026-08-02"}, embedding=[0.0, 2.0, 0.0])
+    store.add([rich_node(), linked])
+    store.upsert_points([(node_id(3), [0.0, 0.0, 1.0],
+                          {"text": "2026-08-03: an old line.", "date": "2026-08-03"})])
+    got = {node.node_id: node for node in store.get_nodes()}
+    assert type(got[node_id(2)]) is IndexNode
+    assert without_embedding(got[node_id(2)]) == without_embedding(linked)
+    assert without_embedding(got[node_id(0)]) == without_embedding(rich_node())
+    assert type(got[node_id(3)]) is TextNode
+    assert (got[node_id(3)].get_content(), got[node_id(3)].metadata) == (
+        "2026-08-03: an old line.", {"date": "2026-08-03"})
+    assert [got[node_id(i)].embedding for i in (0, 2, 3)] == [
+        pytest.approx([0.6, 0.0, 0.8]), [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
 
 
 def test_works_under_a_vector_store_index(store: QdrantEdgeVectorStore) -> None:

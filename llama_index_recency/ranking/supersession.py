@@ -164,11 +164,14 @@ def _versions(window: Sequence[NodeWithScore], z: float) -> dict[str, str]:
         return {}
     cut = float(pairs.mean()) + z * spread
     np.fill_diagonal(similarity, -np.inf)
+    rows = np.arange(len(window))
+    nearest_two = np.argsort(-similarity, axis=1)[:, :2]
+    nearest = nearest_two[:, 0]
+    # a's nearest b, when a is among b's two nearest in turn and their similarity passes
+    mutual = (nearest_two[nearest] == rows[:, None]).any(axis=1)
+    kept = np.flatnonzero(mutual & (similarity[rows, nearest] >= cut)).tolist()
     ids = [c.node.node_id for c in window]
-    nearest_two = np.argsort(-similarity, axis=1)[:, :2].tolist()
-    passing = (similarity >= cut).tolist()
-    return {ids[a]: ids[b] for a, (b, _) in enumerate(nearest_two)
-            if a in nearest_two[b] and passing[a][b]}
+    return {ids[a]: ids[int(nearest[a])] for a in kept}
 
 
 @lru_cache(maxsize=64)

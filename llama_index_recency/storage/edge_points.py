@@ -3,17 +3,17 @@ them), and the Edge filters and scrolls that select points."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional
 
 import qdrant_edge as edge
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.schema import BaseNode, TextNode
+from llama_index.core.schema import BaseNode, ImageNode, IndexNode, Node, TextNode
 from llama_index.core.vector_stores.types import MetadataFilters, VectorStoreQuery
 from llama_index.core.vector_stores.utils import (
     legacy_metadata_dict_to_node,
-    metadata_dict_to_node,
     node_to_metadata_dict,
 )
 from pydantic_core import PydanticSerializationError
@@ -179,22 +179,32 @@ def nodes_by_point(shard: edge.EdgeShard, points: Sequence[str]) -> dict[str, Ba
             for record in shard.retrieve(list(points), True, True)}
 
 
+_NODE_CLASSES: dict[str, type[BaseNode]] = {
+    cls.class_name(): cls for cls in (Node, IndexNode, ImageNode)}
+"""The node classes a payload's ``_node_type`` names other than ``TextNode`` (the default), as
+``metadata_dict_to_node`` reads them."""
+
+
 def point_node(point: Any) -> BaseNode:
-    """A stored point as its node, the way ``QdrantVectorStore.parse_to_query_result`` does."""
+    """A stored point as its node, the way ``QdrantVectorStore.parse_to_query_result`` does,
+    its vector given to the node as it is built (one validation, not a second on assignment)."""
     payload = point.payload or {}
-    embedding = point.vector
+    vector = point.vector
+    given = {"embedding": vector if isinstance(vector, list) else list(vector)} if vector else {}
     try:
-        node = metadata_dict_to_node(payload)
+        data = json.loads(payload["_node_content"])
+        if data.get("embedding") is not None:
+            given = {}
+        kind = _NODE_CLASSES.get(str(payload.get("_node_type")), TextNode)
+        return kind.from_dict(data, **given)
     except Exception:
         metadata, node_info, relationships = legacy_metadata_dict_to_node(payload)
-        node = TextNode(
+        return TextNode(
             id_=str(point.id),
             text=payload.get("text"),
             metadata=metadata,
             start_char_idx=node_info.get("start", None),
             end_char_idx=node_info.get("end", None),
             relationships=relationships,
+            **given,
         )
-    if embedding and node.embedding is None:
-        node.embedding = embedding if isinstance(embedding, list) else list(embedding)
-    return node
