@@ -6,6 +6,7 @@ import json
 import math
 import socket
 import threading
+import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -60,7 +61,9 @@ class KnownCosineEmbedding(BaseEmbedding):
 
 
 Fault = int | str
-"""An HTTP status to answer with (429, 500, ...), ``"hang"`` (no answer until teardown) or ``"ok"``."""
+"""An HTTP status to answer with (429, 500, ...), ``"hang"`` (no answer until teardown),
+``"slow"`` (the answer after :data:`SLOW_SECONDS`) or ``"ok"``."""
+SLOW_SECONDS = 1.5
 
 
 @dataclass(frozen=True)
@@ -193,6 +196,8 @@ def _handler(state: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             if fault == "hang":
                 state.release.wait(10)
                 return
+            if fault == "slow":
+                time.sleep(SLOW_SECONDS)
             if isinstance(fault, int):
                 error = {"error": {"message": f"scripted {fault}", "type": "server_error"}}
                 return self._send(fault, json.dumps(error).encode(),

@@ -43,6 +43,7 @@ from llama_index_recency.storage import (
     close_memory_index,
     count_memories,
     get_memories,
+    outbox_path,
 )
 from llama_index_recency.writing.updates import forget
 
@@ -684,6 +685,25 @@ async def test_a_session_whose_llm_was_down_is_written_when_the_store_is_next_op
     assert sorted(n.get_content().split(": ", 1)[1] for n in get_memories(index)) == [
         "Hanako likes green tea.", "Hanako moved to Osaka."]
     assert {n.metadata["user_id"] for n in get_memories(index)} == {"hanako"}  # the entry's own
+
+
+@pytest.mark.slow
+async def test_a_process_ending_while_its_writer_writes_waits_for_that_write(
+        tmp_path, openai_server) -> None:
+    """The session's last exchange reaches the writer as the script ends and the LLM answers
+    1.5 s later: the process waits for that write, stores it and exits cleanly (its writer
+    thread is not torn down mid-write at exit, which could abort the process)."""
+    openai_server.replies = [ToolCall(RECORD, {"memories": [
+        {"turn": 1, "kind": "preference", "fact": "The user likes green tea."}]})]
+    openai_server.reply = ToolCall(RECORD, {"memories": [
+        {"turn": 2, "kind": "event", "fact": "The user moved to Osaka."}]})
+    openai_server.faults = ["ok", "slow"]
+    done = run_session(tmp_path, openai_server.base_url, "exit")
+    assert done.returncode == 0 and "failed: 0" in done.stdout, done.stderr
+    index = disk_index(tmp_path)
+    assert sorted(n.get_content().split(": ", 1)[1] for n in get_memories(index)) == [
+        "Hanako likes green tea.", "Hanako moved to Osaka."]
+    assert "I moved to Osaka." not in outbox_path(index).read_text(encoding="utf-8")  # written
 
 
 @pytest.mark.slow

@@ -12,8 +12,10 @@ what is not written yet (the latest exchange included) across failures and resta
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import threading
+import time
 from collections import deque
 from dataclasses import replace
 from datetime import date
@@ -55,6 +57,33 @@ from llama_index_recency.writing.writer import Turn, extract_memories
 logger = logging.getLogger(__name__)
 
 _WORKER_IDLE_SECONDS = 5.0  # a writer thread with nothing to do for this long exits
+EXIT_WAIT_SECONDS = 30.0
+"""How long a process ending waits for the conversations its writer threads are writing."""
+
+_LEAVING = threading.Event()  # set at exit: writers take no new conversation
+_WRITERS: dict[threading.Thread, threading.Condition] = {}  # running writers, their block's lock
+
+
+def _finish_writes_at_exit() -> None:
+    """At exit, let every writer thread finish the conversation it is writing, then leave.
+
+    A daemon thread still running Python when the interpreter finalizes is torn down inside
+    the native frames that called it (pydantic's validators, Edge's writes), which aborts the
+    process. What is still queued stays in the outbox for the next process."""
+    _LEAVING.set()
+    deadline = time.monotonic() + EXIT_WAIT_SECONDS
+    for lock in list(_WRITERS.values()):
+        with lock:
+            lock.notify_all()
+    for worker in list(_WRITERS):
+        worker.join(max(0.0, deadline - time.monotonic()))
+    if any(worker.is_alive() for worker in list(_WRITERS)):
+        logger.warning("a memory writer was still writing %.0f s after the process began to "
+                       "end; its conversation stays in the outbox for the next process",
+                       EXIT_WAIT_SECONDS)
+
+
+atexit.register(_finish_writes_at_exit)
 
 class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
     """Long-term memory for an agent: recall ranked by cosine + recency, dated facts written.
@@ -321,7 +350,8 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
             if self._queue:
                 self._start_worker()
                 self._lock.notify_all()
-            self._lock.wait_for(lambda: not self._queue and not self._writing)
+            self._lock.wait_for(lambda: (not self._queue or _LEAVING.is_set())
+                                and not self._writing)
             return len(self._failed)
 
     async def await_writes(self) -> int:
@@ -353,34 +383,44 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
         with self._lock:
             if wait:
                 self._start_worker()  # a worker must be there to make room
-                self._lock.wait_for(lambda: len(self._queue) < self.max_pending)
+                self._lock.wait_for(lambda: len(self._queue) < self.max_pending
+                                    or _LEAVING.is_set())
             self._queue.append(conversation)
             self._start_worker()
             self._lock.notify_all()
 
     def _start_worker(self) -> None:
-        """Start the writer thread unless it runs (one at a time; it leaves when idle).
-        Hold ``_lock``."""
+        """Start the writer thread unless it runs (one at a time; it leaves when idle, or when
+        the process ends). Hold ``_lock``."""
+        if _LEAVING.is_set():
+            return  # the process is ending: the outbox keeps the queue for the next one
         if self._worker is None or not self._worker.is_alive():
             self._worker = threading.Thread(target=self._work, name=f"{self.name}-writer",
                                             daemon=True)
+            _WRITERS[self._worker] = self._lock
             self._worker.start()
 
     def _work(self) -> None:
-        """The writer thread: write queued conversations one at a time, leave when idle."""
-        while True:
-            with self._lock:
-                if not self._lock.wait_for(lambda: self._queue, timeout=_WORKER_IDLE_SECONDS):
-                    self._worker = None
-                    return
-                conversation = self._queue.popleft()
-                self._writing += 1
-            try:
-                self._write(conversation)
-            finally:
+        """The writer thread: write queued conversations one at a time, leave when idle or
+        when the process ends."""
+        try:
+            while True:
                 with self._lock:
-                    self._writing -= 1
-                    self._lock.notify_all()
+                    if not self._lock.wait_for(lambda: self._queue or _LEAVING.is_set(),
+                                               timeout=_WORKER_IDLE_SECONDS) \
+                            or _LEAVING.is_set():
+                        self._worker = None
+                        return
+                    conversation = self._queue.popleft()
+                    self._writing += 1
+                try:
+                    self._write(conversation)
+                finally:
+                    with self._lock:
+                        self._writing -= 1
+                        self._lock.notify_all()
+        finally:
+            _WRITERS.pop(threading.current_thread(), None)
 
     def _write_now(self, conversation: Conversation, session_id: Optional[str]) -> list[TextNode]:
         """Write in this thread, kept in the outbox until done (the session's turns it did not
@@ -432,7 +472,7 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
                 logger.warning("%s: could not write memories, kept for a retry: %s", self.name, error)
             return []
         self._outbox.remove(conversation.id)
-        if stored:
+        if stored and not _LEAVING.is_set():  # a fit started now would outlive the process
             refit_after_write(self.index, min_memories=self.min_fit_memories, writer=self.name,
                               users=(self.user_id,))
         return stored
