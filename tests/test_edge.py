@@ -17,7 +17,14 @@ from typing import Any
 import numpy as np
 import pytest
 from llama_index.core import Document, MockEmbedding, StorageContext, VectorStoreIndex
-from llama_index.core.schema import IndexNode, NodeRelationship, RelatedNodeInfo, TextNode
+from llama_index.core.schema import (
+    ImageNode,
+    IndexNode,
+    Node,
+    NodeRelationship,
+    RelatedNodeInfo,
+    TextNode,
+)
 from llama_index.core.vector_stores.types import (
     FilterCondition,
     FilterOperator,
@@ -129,20 +136,27 @@ def test_each_node_kind_and_a_legacy_payload_read_back_with_their_vectors(
     """A node is read back as the class it was stored as, and a payload without
     ``_node_content`` (as LlamaIndex's oldest stores wrote one) as a text node; each carries
     its stored vector."""
-    linked = IndexNode(id_=node_id(2), text="2026-08-02: the trip notes.", index_id="trip",
-                       metadata={"date": "2026-08-02"}, embedding=[0.0, 2.0, 0.0])
-    store.add([rich_node(), linked])
+    kinds = [rich_node(),
+             IndexNode(id_=node_id(2), text="2026-08-02: the trip notes.", index_id="trip",
+                       metadata={"date": "2026-08-02"}, embedding=[0.0, 2.0, 0.0]),
+             ImageNode(id_=node_id(4), text="2026-08-04: a photo.", image_url="file:///a.png",
+                       embedding=[0.0, 1.0, 1.0]),
+             Node(id_=node_id(5), embedding=[1.0, 1.0, 0.0])]
+    store.add(kinds)
     store.upsert_points([(node_id(3), [0.0, 0.0, 1.0],
                           {"text": "2026-08-03: an old line.", "date": "2026-08-03"})])
     got = {node.node_id: node for node in store.get_nodes()}
-    assert type(got[node_id(2)]) is IndexNode
-    assert without_embedding(got[node_id(2)]) == without_embedding(linked)
-    assert without_embedding(got[node_id(0)]) == without_embedding(rich_node())
+    for node in kinds:
+        assert type(got[node.node_id]) is type(node)
+        assert without_embedding(got[node.node_id]) == without_embedding(node)
+        assert got[node.node_id].embedding == pytest.approx(unit(node.embedding))
     assert type(got[node_id(3)]) is TextNode
     assert (got[node_id(3)].get_content(), got[node_id(3)].metadata) == (
         "2026-08-03: an old line.", {"date": "2026-08-03"})
-    assert [got[node_id(i)].embedding for i in (0, 2, 3)] == [
-        pytest.approx([0.6, 0.0, 0.8]), [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    assert got[node_id(3)].embedding == [0.0, 0.0, 1.0]
+    scan = store.query(VectorStoreQuery(query_embedding=[1.0, 0.0, 0.0], similarity_top_k=9))
+    assert {type(node) for node in scan.nodes} == {TextNode, IndexNode, ImageNode, Node}
+    assert all(node.embedding is None for node in scan.nodes)  # payloads only
 
 
 def test_works_under_a_vector_store_index(store: QdrantEdgeVectorStore) -> None:

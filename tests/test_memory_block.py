@@ -489,7 +489,10 @@ from llama_index.core import MockEmbedding
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index_recency import RecencyMemoryBlock, open_memory_index, openai_like_llm
 
-path, url, end = sys.argv[1:]
+path, url, end = sys.argv[1:4]
+if len(sys.argv) > 4:  # how long the exit waits for a write under way
+    from llama_index_recency.integrations import memory_block
+    memory_block.EXIT_WAIT_SECONDS = float(sys.argv[4])
 index = open_memory_index(MockEmbedding(embed_dim=4), path=path)
 llm = openai_like_llm(model="qwen-test", api_base=url, api_key="k", max_retries=0)
 block = RecencyMemoryBlock(index=index, llm=llm, user_id="hanako", user_name="Hanako")
@@ -510,11 +513,13 @@ if end == "kill":  # no remember_session, no clean exit: whatever is in flight i
 """
 
 
-def run_session(path: Path, url: str, end: str) -> subprocess.CompletedProcess[str]:
-    """Run the script's session in another process, which ends without remember_session."""
+def run_session(path: Path, url: str, end: str,
+                *exit_wait: str) -> subprocess.CompletedProcess[str]:
+    """Run the script's session in another process, which ends without remember_session
+    (``exit_wait``: the seconds its exit waits for a write under way)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-c", SESSION_SCRIPT, str(path), url, end], env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", SESSION_SCRIPT, str(path), url, end,
+                           *exit_wait], env=env, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.slow
@@ -704,6 +709,43 @@ async def test_a_process_ending_while_its_writer_writes_waits_for_that_write(
     assert sorted(n.get_content().split(": ", 1)[1] for n in get_memories(index)) == [
         "Hanako likes green tea.", "Hanako moved to Osaka."]
     assert "I moved to Osaka." not in outbox_path(index).read_text(encoding="utf-8")  # written
+
+
+@pytest.mark.slow
+async def test_a_process_ending_while_its_llm_never_answers_waits_no_longer_than_its_limit(
+        tmp_path, openai_server) -> None:
+    """The LLM never answers the last exchange: the process waits its limit (here 0.5 s),
+    says the conversation stays in the outbox, exits cleanly; the next block writes it."""
+    openai_server.replies = [ToolCall(RECORD, {"memories": [
+        {"turn": 1, "kind": "preference", "fact": "The user likes green tea."}]})]
+    openai_server.reply = ToolCall(RECORD, {"memories": [
+        {"turn": 2, "kind": "event", "fact": "The user moved to Osaka."}]})
+    openai_server.faults = ["ok", "hang"]
+    done = run_session(tmp_path, openai_server.base_url, "exit", "0.5")
+    assert done.returncode == 0 and "failed: 0" in done.stdout, done.stderr
+    assert "stays in the outbox for the next process" in done.stderr
+    openai_server.release.set()
+    openai_server.faults.clear()
+    index = disk_index(tmp_path)
+    assert "I moved to Osaka." in outbox_path(index).read_text(encoding="utf-8")
+    block = RecencyMemoryBlock(index=index, llm=extraction_llm(openai_server))
+    await eventually(lambda: count_memories(index) == 2)
+    assert await block.await_writes() == 0
+
+
+async def test_while_the_process_ends_wait_for_writes_counts_what_is_not_written(
+        tmp_path, closed_port_url, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exit hook that runs after the block's: nothing is written any more, so
+    wait_for_writes returns at once with the conversations left in the outbox."""
+    down = openai_like_llm(model="qwen-test", api_base=closed_port_url, api_key="k",
+                           max_retries=0)
+    block = RecencyMemoryBlock(index=disk_index(tmp_path), llm=down)
+    await block.aput(TALK)
+    assert await block.await_writes() == 1
+    monkeypatch.setattr(memory_block, "_LEAVING", threading.Event())
+    memory_block._finish_writes_at_exit()
+    assert block.wait_for_writes() == 1
+    assert "I like green tea." in block.outbox_path.read_text(encoding="utf-8")
 
 
 @pytest.mark.slow

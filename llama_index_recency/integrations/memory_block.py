@@ -343,8 +343,12 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
                                                                 memory.session_id)
 
     def wait_for_writes(self) -> int:
-        """Retry failed writes once, wait for every queued one; returns how many still failed."""
+        """Retry failed writes once, wait for every queued one; returns how many still failed.
+        While the process ends it waits for nothing: returns how many are not written yet
+        (they stay in the outbox)."""
         with self._lock:
+            if _LEAVING.is_set():
+                return len(self._failed) + len(self._queue) + self._writing
             self._queue.extend(self._failed)
             self._failed.clear()
             if self._queue:
@@ -352,7 +356,7 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
                 self._lock.notify_all()
             self._lock.wait_for(lambda: (not self._queue or _LEAVING.is_set())
                                 and not self._writing)
-            return len(self._failed)
+            return len(self._failed) + len(self._queue)
 
     async def await_writes(self) -> int:
         """Async :meth:`wait_for_writes`, run in a worker thread."""
