@@ -469,7 +469,7 @@ class RecencyMemory:
     # --- lifetime ---------------------------------------------------------------------
 
     def close(self) -> None:
-        """Release the store (an embedded store's lock), so another process can open it."""
+        """Release the store (its lock) for another process; its blocks' writers stop."""
         close_memory_index(self.index)
 
     def __enter__(self) -> RecencyMemory:

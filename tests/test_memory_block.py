@@ -36,8 +36,10 @@ from llama_index_recency import (
     open_memory_index,
     openai_like_llm,
 )
-from llama_index_recency.integrations import memory_block
+from llama_index_recency.integrations import memory_block, writer_threads
+from llama_index_recency.records.nodes import Turn
 from llama_index_recency.storage import (
+    Conversation,
     Outbox,
     check_memory_store,
     close_memory_index,
@@ -491,8 +493,8 @@ from llama_index_recency import RecencyMemoryBlock, open_memory_index, openai_li
 
 path, url, end = sys.argv[1:4]
 if len(sys.argv) > 4:  # how long the exit waits for a write under way
-    from llama_index_recency.integrations import memory_block
-    memory_block.EXIT_WAIT_SECONDS = float(sys.argv[4])
+    from llama_index_recency.integrations import writer_threads
+    writer_threads.EXIT_WAIT_SECONDS = float(sys.argv[4])
 index = open_memory_index(MockEmbedding(embed_dim=4), path=path)
 llm = openai_like_llm(model="qwen-test", api_base=url, api_key="k", max_retries=0)
 block = RecencyMemoryBlock(index=index, llm=llm, user_id="hanako", user_name="Hanako")
@@ -742,8 +744,9 @@ async def test_while_the_process_ends_wait_for_writes_counts_what_is_not_written
     block = RecencyMemoryBlock(index=disk_index(tmp_path), llm=down)
     await block.aput(TALK)
     assert await block.await_writes() == 1
-    monkeypatch.setattr(memory_block, "_LEAVING", threading.Event())
-    memory_block._finish_writes_at_exit()
+    monkeypatch.setattr(writer_threads, "LEAVING", threading.Event())
+    monkeypatch.setattr(writer_threads, "_deadline", writer_threads._deadline)
+    writer_threads.finish_at_exit()
     assert block.wait_for_writes() == 1
     assert "I like green tea." in block.outbox_path.read_text(encoding="utf-8")
 
@@ -837,6 +840,44 @@ def test_the_writer_drains_its_queue_then_leaves_when_idle(openai_server, monkey
         writer.join(10)
     assert writers(block) == []  # idle, the writer thread has left
 
+
+
+@pytest.mark.slow
+def test_a_cancelled_await_writes_stops_waiting_and_lets_asyncio_run_end(openai_server) -> None:
+    """Ctrl-C or a timeout around await_writes: asyncio.run ends while the LLM still holds
+    the first of three conversations, instead of its executor waiting for all of them."""
+    openai_server.always = "hang"
+    block = RecencyMemoryBlock(index=tea_index(), llm=extraction_llm(openai_server))
+
+    async def session() -> None:
+        for n in range(3):
+            await block.aput([ChatMessage(role="user", content=f"I like green tea, cup {n}."),
+                              ChatMessage(role="assistant", content="Noted!")])
+        await asyncio.wait_for(block.await_writes(), 0.5)
+
+    with pytest.raises(TimeoutError):
+        asyncio.run(session())
+    assert len(openai_server.requests) == 1  # the other two still wait in the queue
+    openai_server.always = None
+    openai_server.release.set()
+
+
+async def test_a_block_whose_store_was_closed_leaves_its_outbox_file_to_the_next_process(
+        tmp_path, openai_server) -> None:
+    """After close, another process may open the store and take the outbox file over: this
+    process's block stores nothing more, asks the LLM nothing and never rewrites the file."""
+    openai_server.reply = ToolCall(RECORD, FACTS)
+    index = disk_index(tmp_path)
+    block = RecencyMemoryBlock(index=index, llm=extraction_llm(openai_server))
+    close_memory_index(index)
+    theirs = Conversation(turns=(Turn(role="user", text="I have a cat named Tama."),),
+                          day=date(2026, 12, 5), user_id=None, user_name=None)
+    outbox_path(index).parent.mkdir(parents=True, exist_ok=True)
+    outbox_path(index).write_text(theirs.to_json() + "\n", encoding="utf-8")
+    await block.aput(TALK)
+    assert await block.await_writes() == 1  # not stored: it waits for the store's next opening
+    assert outbox_path(index).read_text(encoding="utf-8") == theirs.to_json() + "\n"
+    assert openai_server.count("/chat/completions") == 0
 
 KILLED_SESSION_SCRIPT = """
 import asyncio, os, signal, sys

@@ -12,10 +12,8 @@ what is not written yet (the latest exchange included) across failures and resta
 from __future__ import annotations
 
 import asyncio
-import atexit
 import logging
 import threading
-import time
 from collections import deque
 from dataclasses import replace
 from datetime import date
@@ -32,6 +30,7 @@ from llama_index.core.schema import TextNode
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
 from llama_index_recency.errors import FinalWriteError, OneLineValidation
+from llama_index_recency.integrations import writer_threads
 from llama_index_recency.integrations.prompts import (
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
     memory_context,
@@ -46,6 +45,7 @@ from llama_index_recency.records.text import memory_text
 from llama_index_recency.storage import (
     Conversation,
     Outbox,
+    QdrantEdgeVectorStore,
     forgotten_at,
     index_policy,
     outbox_path,
@@ -57,33 +57,6 @@ from llama_index_recency.writing.writer import Turn, extract_memories
 logger = logging.getLogger(__name__)
 
 _WORKER_IDLE_SECONDS = 5.0  # a writer thread with nothing to do for this long exits
-EXIT_WAIT_SECONDS = 30.0
-"""How long a process ending waits for the conversations its writer threads are writing."""
-
-_LEAVING = threading.Event()  # set at exit: writers take no new conversation
-_WRITERS: dict[threading.Thread, threading.Condition] = {}  # running writers, their block's lock
-
-
-def _finish_writes_at_exit() -> None:
-    """At exit, let every writer thread finish the conversation it is writing, then leave.
-
-    A daemon thread still running Python when the interpreter finalizes is torn down inside
-    the native frames that called it (pydantic's validators, Edge's writes), which aborts the
-    process. What is still queued stays in the outbox for the next process."""
-    _LEAVING.set()
-    deadline = time.monotonic() + EXIT_WAIT_SECONDS
-    for lock in list(_WRITERS.values()):
-        with lock:
-            lock.notify_all()
-    for worker in list(_WRITERS):
-        worker.join(max(0.0, deadline - time.monotonic()))
-    if any(worker.is_alive() for worker in list(_WRITERS)):
-        logger.warning("a memory writer was still writing %.0f s after the process began to "
-                       "end; its conversation stays in the outbox for the next process",
-                       EXIT_WAIT_SECONDS)
-
-
-atexit.register(_finish_writes_at_exit)
 
 class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
     """Long-term memory for an agent: recall ranked by cosine + recency, dated facts written.
@@ -186,7 +159,7 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
                 logger.warning("%s: this store (not a local Qdrant Edge store) keeps no outbox, so "
                                "conversations waiting for the writer are lost if the process "
                                "dies; set outbox_path= to keep them on disk", self.name)
-        self._outbox = Outbox.at(self.outbox_path)
+        self._outbox = Outbox.at(self.outbox_path, self.index.vector_store)
         orphans = self._outbox.claim_orphans() if self.llm is not None else []
         if orphans:  # a past process's conversations: retried in the background
             logger.info("%s: retrying %d conversation(s) left in %s", self.name, len(orphans),
@@ -344,23 +317,36 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
 
     def wait_for_writes(self) -> int:
         """Retry failed writes once, wait for every queued one; returns how many still failed.
-        While the process ends it waits for nothing: returns how many are not written yet
-        (they stay in the outbox)."""
+        While the process ends, or once the store is closed, it waits for nothing: returns how
+        many are not written yet (they stay in the outbox)."""
+        return self._wait_for_writes(threading.Event())
+
+    def _wait_for_writes(self, stop: threading.Event) -> int:
+        """:meth:`wait_for_writes`, given up when ``stop`` is set (its awaiting task was
+        cancelled): returns how many are not written yet."""
         with self._lock:
-            if _LEAVING.is_set():
+            if self._stopped():
                 return len(self._failed) + len(self._queue) + self._writing
             self._queue.extend(self._failed)
             self._failed.clear()
             if self._queue:
                 self._start_worker()
                 self._lock.notify_all()
-            self._lock.wait_for(lambda: (not self._queue or _LEAVING.is_set())
-                                and not self._writing)
-            return len(self._failed) + len(self._queue)
+            self._lock.wait_for(lambda: stop.is_set() or (
+                (not self._queue or self._stopped()) and not self._writing))
+            return len(self._failed) + len(self._queue) + self._writing
 
     async def await_writes(self) -> int:
-        """Async :meth:`wait_for_writes`, run in a worker thread."""
-        return await in_thread(self.wait_for_writes)()
+        """Async :meth:`wait_for_writes`, run in a worker thread; cancelled (Ctrl-C in
+        ``asyncio.run``, a timeout), it stops waiting at once."""
+        stop = threading.Event()
+        try:
+            return await in_thread(self._wait_for_writes)(stop)
+        except asyncio.CancelledError:
+            stop.set()
+            with self._lock:
+                self._lock.notify_all()
+            raise
 
     def _take(self, session_id: Optional[str], turns: Sequence[Turn], *,
               leaving: bool = False) -> Optional[Conversation]:
@@ -388,7 +374,7 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
             if wait:
                 self._start_worker()  # a worker must be there to make room
                 self._lock.wait_for(lambda: len(self._queue) < self.max_pending
-                                    or _LEAVING.is_set())
+                                    or self._stopped())
             self._queue.append(conversation)
             self._start_worker()
             self._lock.notify_all()
@@ -396,24 +382,33 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
     def _start_worker(self) -> None:
         """Start the writer thread unless it runs (one at a time; it leaves when idle, or when
         the process ends). Hold ``_lock``."""
-        if _LEAVING.is_set():
-            return  # the process is ending: the outbox keeps the queue for the next one
+        if self._stopped():
+            return  # the outbox keeps the queue for the next process
         if self._worker is None or not self._worker.is_alive():
-            self._worker = threading.Thread(target=self._work, name=f"{self.name}-writer",
-                                            daemon=True)
-            _WRITERS[self._worker] = self._lock
-            self._worker.start()
+            self._worker = writer_threads.start_writer(self._work, f"{self.name}-writer", self._lock)
+
+    def _stopped(self) -> bool:
+        """Whether nothing more is written here: the process ends, or the store is closed."""
+        return writer_threads.LEAVING.is_set() or self._store_closed()
+
+    def _store_closed(self) -> bool:
+        """Whether the block's store was closed (nothing can be stored through it any more;
+        its outbox file is left to whichever process opens the store next)."""
+        store = self.index.vector_store
+        return isinstance(store, QdrantEdgeVectorStore) and store.closed
 
     def _work(self) -> None:
-        """The writer thread: write queued conversations one at a time, leave when idle or
-        when the process ends."""
+        """The writer thread: write queued conversations one at a time; leave when idle, when
+        the process ends (once the queue is stored or the time is up) or the store is closed."""
         try:
             while True:
                 with self._lock:
-                    if not self._lock.wait_for(lambda: self._queue or _LEAVING.is_set(),
+                    if not self._lock.wait_for(lambda: self._queue or self._stopped(),
                                                timeout=_WORKER_IDLE_SECONDS) \
-                            or _LEAVING.is_set():
+                            or not self._queue or writer_threads.past_deadline() \
+                            or self._store_closed():
                         self._worker = None
+                        self._lock.notify_all()  # nothing more is written: waiters return
                         return
                     conversation = self._queue.popleft()
                     self._writing += 1
@@ -424,7 +419,7 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
                         self._writing -= 1
                         self._lock.notify_all()
         finally:
-            _WRITERS.pop(threading.current_thread(), None)
+            writer_threads.writer_left()
 
     def _write_now(self, conversation: Conversation, session_id: Optional[str]) -> list[TextNode]:
         """Write in this thread, kept in the outbox until done (the session's turns it did not
@@ -476,7 +471,7 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
                 logger.warning("%s: could not write memories, kept for a retry: %s", self.name, error)
             return []
         self._outbox.remove(conversation.id)
-        if stored and not _LEAVING.is_set():  # a fit started now would outlive the process
+        if stored and not writer_threads.LEAVING.is_set():  # a fit now would outlive it
             refit_after_write(self.index, min_memories=self.min_fit_memories, writer=self.name,
                               users=(self.user_id,))
         return stored

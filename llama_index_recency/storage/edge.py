@@ -162,6 +162,11 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         return self._shard
 
     @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` released the shard (another process may hold it now)."""
+        return self._closed
+
+    @property
     def read_only(self) -> bool:
         """Whether the shard is loaded from a temporary copy (its own disk cannot load it
         for writing): reads work, writes raise why."""
@@ -422,8 +427,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
 
     def flush(self) -> None:
         """Write pending changes into the segments (the WAL already makes them durable)."""
-        shard = self._require_open()
-        if shard is not None:
+        if (shard := self._require_open()) is not None:
             with self._edge_calls():
                 shard.flush()
 

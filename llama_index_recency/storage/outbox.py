@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from llama_index.core.schema import BaseNode, TextNode
+from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.records.nodes import Turn
@@ -135,7 +136,9 @@ class Conversation:
 class Outbox:
     """The conversations waiting to be written to one store: in memory, and in ``path`` if set.
 
-    Use :meth:`at`, so every block of a process over the same file shares one outbox.
+    Use :meth:`at`, so every block of a process over the same file shares one outbox. Its file
+    is written only while this process holds the store it belongs to: once that store is
+    closed, another process may open it and take the file over.
     """
 
     def __init__(self, path: Optional[Path]) -> None:
@@ -143,11 +146,14 @@ class Outbox:
         self._lock = threading.Lock()
         self._entries: dict[str, Conversation] = {}
         self._disk_failing = False
+        self._owner: Optional[QdrantEdgeVectorStore] = None
         self._orphans = self._load()
 
     @classmethod
-    def at(cls, path: Optional[Path]) -> "Outbox":
+    def at(cls, path: Optional[Path], owner: Optional[BasePydanticVectorStore] = None) -> "Outbox":
         """The process's outbox at ``path`` (opened on first use); None: a new in-memory one.
+        ``owner``: the store it belongs to (an Edge store's file is left alone once the store
+        is closed).
 
         Raises:
             OSError: The file at ``path`` cannot be read, or (holding an unreadable line)
@@ -161,6 +167,9 @@ class Outbox:
             outbox = _OPEN.get(key)
             if outbox is None:
                 outbox = _OPEN[key] = cls(key)
+            if isinstance(owner, QdrantEdgeVectorStore):
+                with outbox._lock:
+                    outbox._owner = owner
             return outbox
 
     def __len__(self) -> int:
@@ -246,7 +255,10 @@ class Outbox:
 
     def _persist(self, write: Callable[..., None], *args: Any) -> None:
         """Run a file write; a failure (disk full, permissions) is logged once per streak and
-        the entries stay in memory, so the session goes on."""
+        the entries stay in memory, so the session goes on. None once the owning store is
+        closed: the file holds what it held then, for the next process to retry."""
+        if self._owner is not None and self._owner.closed:
+            return
         try:
             write(*args)
         except OSError as error:
