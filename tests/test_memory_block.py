@@ -36,6 +36,7 @@ from llama_index_recency import (
     open_memory_index,
     openai_like_llm,
 )
+from llama_index_recency.errors import MemoryStoreClosedError
 from llama_index_recency.integrations import memory_block, writer_threads
 from llama_index_recency.records.nodes import Turn
 from llama_index_recency.storage import (
@@ -864,20 +865,49 @@ def test_a_cancelled_await_writes_stops_waiting_and_lets_asyncio_run_end(openai_
 
 async def test_a_block_whose_store_was_closed_leaves_its_outbox_file_to_the_next_process(
         tmp_path, openai_server) -> None:
-    """After close, another process may open the store and take the outbox file over: this
-    process's block stores nothing more, asks the LLM nothing and never rewrites the file."""
+    """The store is closed while the LLM extracts: another process may open it and take the
+    outbox file over, so this process's block stores nothing, asks nothing more, never
+    rewrites the file, and refuses a new conversation in one line."""
     openai_server.reply = ToolCall(RECORD, FACTS)
+    openai_server.faults = ["hang"]
     index = disk_index(tmp_path)
     block = RecencyMemoryBlock(index=index, llm=extraction_llm(openai_server))
+    await block.aput(TALK)
+    await eventually(lambda: len(openai_server.requests) == 1)  # extracting
     close_memory_index(index)
     theirs = Conversation(turns=(Turn(role="user", text="I have a cat named Tama."),),
                           day=date(2026, 12, 5), user_id=None, user_name=None)
-    outbox_path(index).parent.mkdir(parents=True, exist_ok=True)
-    outbox_path(index).write_text(theirs.to_json() + "\n", encoding="utf-8")
-    await block.aput(TALK)
-    assert await block.await_writes() == 1  # not stored: it waits for the store's next opening
+    outbox_path(index).write_text(theirs.to_json() + "\n", encoding="utf-8")  # the next opener's
+    openai_server.release.set()
+    assert await block.await_writes() == 1  # not stored: the file held it at close
     assert outbox_path(index).read_text(encoding="utf-8") == theirs.to_json() + "\n"
-    assert openai_server.count("/chat/completions") == 0
+    assert len(openai_server.requests) == 1
+    with pytest.raises(MemoryStoreClosedError, match="is closed; open it again"):
+        await block.aput(TALK)
+
+
+async def test_a_store_reopened_in_the_same_process_takes_the_outbox_file_over(
+        tmp_path, closed_port_url) -> None:
+    """Closed, then opened again here while the first block lives: the new block reads the
+    file afresh, so what another process queued meanwhile is retried, never overwritten."""
+    down = openai_like_llm(model="qwen-test", api_base=closed_port_url, api_key="k",
+                           max_retries=0)
+    index = disk_index(tmp_path)
+    block = RecencyMemoryBlock(index=index, llm=down)
+    await block.aput(TALK)
+    assert await block.await_writes() == 1
+    close_memory_index(index)
+    theirs = Conversation(turns=(Turn(role="user", text="I have a cat named Tama."),),
+                          day=date(2026, 12, 5), user_id=None, user_name=None)
+    with outbox_path(index).open("a", encoding="utf-8") as file:
+        file.write(theirs.to_json() + "\n")
+    later = RecencyMemoryBlock(index=disk_index(tmp_path), llm=down)
+    assert await later.await_writes() == 2  # both retried, both kept
+    text = outbox_path(index).read_text(encoding="utf-8")
+    assert "I like green tea." in text and "I have a cat named Tama." in text
+    assert block.outbox_path == later.outbox_path
+
+
 
 KILLED_SESSION_SCRIPT = """
 import asyncio, os, signal, sys

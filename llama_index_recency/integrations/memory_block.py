@@ -29,7 +29,7 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.schema import TextNode
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
-from llama_index_recency.errors import FinalWriteError, OneLineValidation
+from llama_index_recency.errors import FinalWriteError, MemoryStoreClosedError, OneLineValidation
 from llama_index_recency.integrations import writer_threads
 from llama_index_recency.integrations.prompts import (
     RETRIEVED_MEMORY_CONTEXT_TEMPLATE,
@@ -297,7 +297,8 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
 
     def remember_session(self, memory: Memory) -> list[TextNode]:
         """Wait for the queued writes, then write the session's turns not sent yet (those
-        ``memory`` still holds); call it when the session ends. Returns what it stored."""
+        ``memory`` still holds); call it when the session ends (before closing the store: a
+        closed one raises MemoryStoreClosedError). Returns what it stored."""
         if self.llm is None:
             return []
         self.wait_for_writes()
@@ -368,7 +369,8 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
 
     def _submit(self, conversation: Conversation, *, wait: bool = False) -> None:
         """Keep ``conversation`` in the outbox, then queue it for the worker (``wait``: for
-        room)."""
+        room); refused once the store is closed."""
+        self._require_store()
         self._outbox.add(conversation)
         with self._lock:
             if wait:
@@ -390,6 +392,14 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
     def _stopped(self) -> bool:
         """Whether nothing more is written here: the process ends, or the store is closed."""
         return writer_threads.LEAVING.is_set() or self._store_closed()
+
+    def _require_store(self) -> None:
+        """Refuse a conversation a closed store could only lose (its outbox file is the next
+        opener's): raises MemoryStoreClosedError."""
+        store = self.index.vector_store
+        if isinstance(store, QdrantEdgeVectorStore) and store.closed:
+            raise MemoryStoreClosedError(f"{self.name}: the store at {store.path} is closed; "
+                                         "open it again and make a new block")
 
     def _store_closed(self) -> bool:
         """Whether the block's store was closed (nothing can be stored through it any more;
@@ -423,7 +433,8 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
 
     def _write_now(self, conversation: Conversation, session_id: Optional[str]) -> list[TextNode]:
         """Write in this thread, kept in the outbox until done (the session's turns it did not
-        take stay held)."""
+        take stay held); refused once the store is closed."""
+        self._require_store()
         self._outbox.add(conversation)
         self._hold(session_id)
         return self._write(conversation)

@@ -442,9 +442,9 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
             if self._written:  # on a full disk the next load assumes a WAL to replay
                 with suppress(OSError):
                     self.update_metadata({SHARD_STATE_KEY: {"closed": True, "points": points}})
+        self._closed = True  # before the lock goes: from now on nothing here writes
         if self._release is not None:
             self._release()
-        self._closed = True
 
     # -- internals -------------------------------------------------------------------------
 

@@ -165,7 +165,9 @@ class Outbox:
         key = Path(path).resolve()
         with _OPEN_LOCK:
             outbox = _OPEN.get(key)
-            if outbox is None:
+            if outbox is None or (isinstance(owner, QdrantEdgeVectorStore) and not owner.closed
+                                  and outbox._owner is not None and outbox._owner.closed):
+                # A store opened again: the file may hold what another process queued since.
                 outbox = _OPEN[key] = cls(key)
             if isinstance(owner, QdrantEdgeVectorStore):
                 with outbox._lock:
