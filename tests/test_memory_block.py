@@ -902,6 +902,8 @@ async def test_a_store_reopened_in_the_same_process_takes_the_outbox_file_over(
     with outbox_path(index).open("a", encoding="utf-8") as file:
         file.write(theirs.to_json() + "\n")
     later = RecencyMemoryBlock(index=disk_index(tmp_path), llm=down)
+    with pytest.raises(MemoryStoreClosedError):  # a leftover of the closed index: refused
+        RecencyMemoryBlock(index=index, llm=down)
     assert await later.await_writes() == 2  # both retried, both kept
     text = outbox_path(index).read_text(encoding="utf-8")
     assert "I like green tea." in text and "I have a cat named Tama." in text

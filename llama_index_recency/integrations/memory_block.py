@@ -149,7 +149,9 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
         return None if user_id is None else check_user_id(user_id)
 
     def model_post_init(self, __context: Any) -> None:
-        """Fill in the store's policy and outbox; with an llm, retry what a past process left."""
+        """Fill in the store's policy and outbox; with an llm, retry what a past process left.
+        A store already closed is refused (MemoryStoreClosedError)."""
+        self._require_store()
         if self.policy is None:
             self._follows_store = True
             self.policy = index_policy(self.index)

@@ -169,7 +169,7 @@ class Outbox:
                                   and outbox._owner is not None and outbox._owner.closed):
                 # A store opened again: the file may hold what another process queued since.
                 outbox = _OPEN[key] = cls(key)
-            if isinstance(owner, QdrantEdgeVectorStore):
+            if isinstance(owner, QdrantEdgeVectorStore) and not owner.closed:
                 with outbox._lock:
                     outbox._owner = owner
             return outbox
