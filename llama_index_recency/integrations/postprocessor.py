@@ -168,9 +168,8 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         """Score every candidate and say which are kept and why (raw, age, bonus, final),
         with the bonus the question's intent calls for and newer versions placed first (when
         some candidate can reach the threshold; none kept for a question about the news or
-        small talk). Without ``query_bundle`` the policy
-        ranks as it stands: no intent, words or language's gate, so pass the question a query
-        engine gives.
+        small talk). Without ``query_bundle`` the policy ranks as it stands: no intent, words
+        or language's gate, so pass the question a query engine gives.
 
         Raises:
             InvalidInputError: With ``relevance='cohort'``, no ``query_bundle`` to scale by;
