@@ -159,13 +159,12 @@ def sentence_versions(
         return {}
     cut = float(pairs.mean()) + z * float(pairs.std())
     similarity[same] = -np.inf  # the diagonal too
-    nearest_two = np.argsort(-similarity, axis=1)[:, :2].tolist()
     names = _names_asked(asked.question)
     found = {}
-    for a, (b, _) in enumerate(nearest_two):
+    for a, b in mutual_nearest(similarity, cut):
         memory, other = ids[a], ids[b]
         age, other_age = ages.get(memory), ages.get(other)
-        if (a in nearest_two[b] and similarity[a, b] >= cut and memory in near and other in near
+        if (memory in near and other in near
                 and (memory in several or other in several)
                 and age is not None and other_age is not None
                 and abs(age - other_age) >= DAYS_APART
@@ -173,6 +172,18 @@ def sentence_versions(
                                        and _mentions(anchors[other][1], names)))):
             found[memory] = other
     return found
+
+
+def mutual_nearest(similarity: np.ndarray, cut: float) -> list[tuple[int, int]]:
+    """Each row ``a`` with its most similar row ``b``, when ``a`` is among ``b``'s two most
+    similar in turn and their similarity is at least ``cut`` (pairs never to be made, the
+    diagonal included, at ``-inf``)."""
+    rows = np.arange(len(similarity))
+    nearest_two = np.argsort(-similarity, axis=1)[:, :2]
+    nearest = nearest_two[:, 0]
+    mutual = (nearest_two[nearest] == rows[:, None]).any(axis=1)
+    kept = np.flatnonzero(mutual & (similarity[rows, nearest] >= cut)).tolist()
+    return [(a, int(nearest[a])) for a in kept]
 
 
 def _names_asked(question: str) -> Optional[set[str]]:

@@ -42,7 +42,11 @@ from llama_index_recency.ranking.plan import (
 )
 from llama_index_recency.ranking.policy import RecencyPolicy, age_in_days
 from llama_index_recency.ranking.ranked import RankedMemory, RecencyRanking
-from llama_index_recency.ranking.sentences import QuestionSentences, sentence_versions
+from llama_index_recency.ranking.sentences import (
+    QuestionSentences,
+    mutual_nearest,
+    sentence_versions,
+)
 from llama_index_recency.records.dates import parse_memory_date
 from llama_index_recency.records.nodes import SUPERSEDED_BY_KEY, SUPERSEDES_KEY, USER_ID_KEY
 from llama_index_recency.records.text import is_one_statement
@@ -164,14 +168,8 @@ def _versions(window: Sequence[NodeWithScore], z: float) -> dict[str, str]:
         return {}
     cut = float(pairs.mean()) + z * spread
     np.fill_diagonal(similarity, -np.inf)
-    rows = np.arange(len(window))
-    nearest_two = np.argsort(-similarity, axis=1)[:, :2]
-    nearest = nearest_two[:, 0]
-    # a's nearest b, when a is among b's two nearest in turn and their similarity passes
-    mutual = (nearest_two[nearest] == rows[:, None]).any(axis=1)
-    kept = np.flatnonzero(mutual & (similarity[rows, nearest] >= cut)).tolist()
     ids = [c.node.node_id for c in window]
-    return {ids[a]: ids[int(nearest[a])] for a in kept}
+    return {ids[a]: ids[b] for a, b in mutual_nearest(similarity, cut)}
 
 
 @lru_cache(maxsize=64)
