@@ -193,8 +193,8 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
             ranking = self.asked(ranking, query_bundle.query_str, policy)
         # With no candidate that can pass, no version can enter the prompt: none is compared
         # (as the retriever, which ranks only candidates that can pass).
-        if policy.supersede_margin is not None and any(
-                (n.score or 0.0) >= candidate_floor(policy) for n in nodes):
+        floor = candidate_floor(policy)
+        if policy.supersede_margin is not None and any((n.score or 0.0) >= floor for n in nodes):
             part = None if lexical is None else (
                 partial(lexical.part, weight=policy.lexical_weight))
             candidates = self._with_vectors(nodes)

@@ -180,7 +180,8 @@ def stored_vectors(store: BasePydanticVectorStore, ids: Sequence[str]) -> dict[s
     name = str(getattr(store, "dense_vector_name", ""))
     vectors: dict[str, list[float]] = {}
     for record in records:
-        vector = record.vector.get(name) if isinstance(record.vector, dict) else record.vector
+        stored: Any = record.vector  # each read converts the whole vector
+        vector = stored.get(name) if isinstance(stored, dict) else stored
         if isinstance(vector, list):
             vectors[str(record.id)] = cast(list[float], vector)
     return vectors
