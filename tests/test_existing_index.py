@@ -66,6 +66,19 @@ def test_a_retriever_only_reads_an_index_another_program_made(app_index, caplog)
                     "one (not said again)"]
 
 
+def test_an_apps_own_index_holds_no_words_so_each_memory_ranks_on_relevance(app_index) -> None:
+    """Its points carry no stored terms, so the store's counts say no memory holds the
+    question's words: no row gets a words part, on either path, and the newer coffee leads as
+    it does on cosine and bonus alone (found by an exploratory user: the older one led)."""
+    index, _ = app_index
+    question = QueryBundle("How do I take my coffee?")
+    candidates = index.as_retriever(similarity_top_k=8).retrieve(question)
+    for ranking in (RecencyBonusPostprocessor.from_index(index).explain(candidates, question),
+                    QdrantRecencyRetriever.from_index(index).explain(question)):
+        assert [row.lexical for row in ranking.rows] == [0.0] * len(ranking.rows)
+        assert ranking.nodes[0].node.get_content().startswith("Taro has been drinking sweet")
+
+
 def test_a_hybrid_collections_named_vectors_are_read_not_embedded_again(
         e5, monkeypatch: pytest.MonkeyPatch) -> None:
     """LlamaIndex's hybrid Qdrant store names its dense vector ("text-dense"): the versions

@@ -57,11 +57,14 @@ def test_the_share_is_the_held_part_of_the_questions_term_weight() -> None:
     query = LexicalQuery.from_counts(100, {"coffee": 1, "walk": 50, "osaka": 0})
     total = idf(100, 1) + idf(100, 50) + idf(100, 0)
     assert query.share({"coffee", "walk", "tea"}) == (idf(100, 1) + idf(100, 50)) / total
-    assert query.share({"coffee", "walk", "osaka"}) == 1.0
+    # No memory holds "osaka" (the counts say so): it weighs in the total, never in a share.
+    assert query.held == {"coffee", "walk"}
+    assert query.share({"coffee", "walk", "osaka"}) == query.share({"coffee", "walk"})
+    assert query.share({"osaka"}) == 0.0 < 0.5 <= idf(100, 0) / total
     # One term in common counts only when it carries half of the question's weight.
     assert query.share({"coffee", "tea"}) == 0.0 < idf(100, 1) / total < 0.5
-    assert query.share({"osaka"}) == idf(100, 0) / total >= 0.5
-    assert query.held == {"coffee", "walk"}  # no memory holds "osaka"
+    heavy = LexicalQuery.from_counts(100, {"coffee": 1, "walk": 50})
+    assert heavy.share({"coffee"}) == idf(100, 1) / (idf(100, 1) + idf(100, 50)) >= 0.5
 
 
 def memory(i: int, raw: float, age_days: float, words: Sequence[str]) -> NodeWithScore:
@@ -107,3 +110,11 @@ def test_the_search_with_terms_keeps_exactly_what_ranking_every_memory_keeps(
     expected = policy.rank(sorted(everything, key=lambda c: (-(c.score or 0.0), c.node.node_id)),
                            REFERENCE)
     assert [n.node.node_id for n in ranking.nodes] == [n.node.node_id for n in expected.nodes]
+
+
+def test_a_word_the_stores_counts_say_no_memory_holds_adds_nothing() -> None:
+    """A memory's text may hold a word its stored terms lack (a store without them): the
+    count is what the engine searches by, so the share follows it."""
+    counted = LexicalQuery.from_counts(10, {"coffee": 0, "black": 2, "milk": 3})
+    assert counted.share(["coffee", "black", "milk"]) == counted.share(["black", "milk"]) > 0.0
+    assert LexicalQuery.from_counts(10, {"coffee": 0, "take": 0}).share(["coffee", "take"]) == 0.0

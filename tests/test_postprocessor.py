@@ -428,6 +428,21 @@ def test_from_index_ranks_with_the_store_policy_and_embeds_no_memory(
     assert ranking.rows[0].text.endswith("sweet café au lait lately.")  # the newer version
 
 
+@pytest.mark.parametrize("question", ["How do I take my coffee?", "コーヒーはどう飲むんだっけ？"])
+def test_from_index_refuses_a_candidate_without_a_score_in_every_language(
+        counted_index, question: str) -> None:
+    """An English question weighs its words on each candidate's score: a missing one is
+    refused as it is for a Japanese question, never read as 0 and dropped (found by an
+    exploratory user)."""
+    index, _ = counted_index
+    recency = RecencyBonusPostprocessor.from_index(index, reference_date=SEED_TODAY)
+    unscored = NodeWithScore(node=index.as_retriever(similarity_top_k=1).retrieve(question)[0]
+                             .node, score=None)
+    with pytest.raises(InvalidInputError,
+                       match=f"node '{unscored.node.node_id}' has no similarity score"):
+        recency.postprocess_nodes([unscored], QueryBundle(question))
+
+
 def test_from_index_adopts_a_gate_saved_after_it_was_made(counted_index) -> None:
     index, _ = counted_index
     recency = RecencyBonusPostprocessor.from_index(index, reference_date=SEED_TODAY)

@@ -184,9 +184,10 @@ class RecencyBonusPostprocessor(BaseNodePostprocessor, RecencyPolicy):
         if self.relevance == "cohort":
             nodes = self._cohort_scaled(nodes, query_bundle)
         lexical = self._lexical(query_bundle, policy.lexical_weight)
-        if lexical is not None:
-            nodes = [NodeWithScore(node=n.node, score=(n.score or 0.0) + policy.lexical_weight
-                                   * lexical.share_of(n.node)) for n in nodes]
+        if lexical is not None:  # a candidate without a score is left for rank to refuse
+            nodes = [n if n.score is None else NodeWithScore(
+                node=n.node, score=n.score + policy.lexical_weight * lexical.share_of(n.node))
+                for n in nodes]
         reference = policy.reference()
         ranking = with_lexical_parts(policy.rank(nodes, reference), lexical, policy.lexical_weight)
         if query_bundle is not None:

@@ -129,11 +129,13 @@ class LexicalQuery:
     def share(self, memory_terms: Iterable[str]) -> float:
         """The share of the question's term weight that a memory with ``memory_terms`` holds,
         counted from :data:`MIN_HELD_TERMS` terms or a :data:`LONE_TERM_SHARE` (never more
-        for fewer terms held: the engine's bounds rely on it)."""
+        for fewer terms held: the engine's bounds rely on it). Only terms the store's counts
+        say some memory holds count: in a store without stored terms (another program's),
+        none does, and every memory scores on relevance alone."""
         total = sum(self.weights.values())
         if total <= 0.0:
             return 0.0
-        holds = set(memory_terms)
+        holds = self.held.intersection(memory_terms)
         held = [weight for term, weight in self.weights.items() if term in holds]
         share = sum(held) / total
         return share if len(held) >= MIN_HELD_TERMS or share >= LONE_TERM_SHARE else 0.0

@@ -228,6 +228,14 @@ class RecencyPolicy(OneLineValidation, BaseModel):
             super().__setattr__("language_thresholds", {})
             super().__setattr__("threshold_origin", "explicit")
 
+    @field_validator("date_key")
+    @classmethod
+    def _check_date_key(cls, value: str) -> str:
+        if not value.strip():
+            raise InvalidInputError("a blank key names no metadata; the package writes dates "
+                                    "under 'date'")
+        return value
+
     @field_validator("reference_date")
     @classmethod
     def _check_reference_date(cls, value: Any) -> Any:
