@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from llama_index.core.schema import NodeWithScore, TextNode
@@ -118,3 +119,16 @@ def test_a_word_the_stores_counts_say_no_memory_holds_adds_nothing() -> None:
     counted = LexicalQuery.from_counts(10, {"coffee": 0, "black": 2, "milk": 3})
     assert counted.share(["coffee", "black", "milk"]) == counted.share(["black", "milk"]) > 0.0
     assert LexicalQuery.from_counts(10, {"coffee": 0, "take": 0}).share(["coffee", "take"]) == 0.0
+
+
+@pytest.mark.parametrize("question, asked", [
+    ("What do I drink these days?", ("drink",)),
+    ("Where do I currently work?", ("work",)),
+    ("What am I reading at the moment?", ("reading",)),
+    ("What did I use to drink?", ("drink",)),
+    ("How are you these days?", ()),
+    ("What are the days of the week?", ("day", "week")),  # a day asked about is a term
+])
+def test_the_phrases_that_say_when_are_no_terms_of_a_question(question: str,
+                                                               asked: tuple[str, ...]) -> None:
+    assert question_terms(question) == asked

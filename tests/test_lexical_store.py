@@ -189,6 +189,28 @@ def test_with_the_words_the_seeds_newer_coffee_still_leads_and_the_table_shows_t
     assert "| Words |" not in memory.search("How do I drink my coffee again?").to_table()
 
 
+def test_words_that_say_when_lift_no_memory_that_says_them(e5, tmp_path) -> None:
+    """"these days" is no "day": the seed's "These days Taro goes for walks…" got the drink
+    question's words' part (+0.075) and came second, above the black coffee (found by an
+    exploratory user). On both paths the two drinks now lead and the walk has no words' part
+    (its cosine alone may still pass: that is the model's)."""
+    from llama_index_recency import RecencyBonusPostprocessor, index_policy
+    from llama_index_recency.records.examples import example_memories
+
+    index = open_memory_index(e5, path=tmp_path / "store")
+    insert_memories(index, example_memories())
+    recency = RecencyBonusPostprocessor.from_index(index, reference_date="2026-09-10")
+    retriever = QdrantRecencyRetriever.from_index(
+        index, index_policy(index, reference_date="2026-09-10"))
+    bundle = QueryBundle("What do I drink these days?")
+    for ranking in (recency.explain(index.as_retriever(similarity_top_k=8).retrieve(bundle),
+                                    bundle), retriever.explain(bundle)):
+        assert [n.node.metadata["key"] for n in ranking.nodes][:2] == ["cafe_au_lait",
+                                                                       "coffee_black"]
+        walks = [row for row in ranking.rows if "walks in the evening" in row.text]
+        assert walks and all(row.lexical == 0.0 for row in walks)
+
+
 def test_the_postprocessor_from_the_index_ranks_with_the_words_as_the_retriever(
         e5, tmp_path) -> None:
     """On an existing index: its top-8 candidates (all eight memories here) re-ranked by the

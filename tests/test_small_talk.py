@@ -13,11 +13,14 @@ from llama_index_recency.storage import embedding_of, index_policy
 
 SMALL_TALK = ["こんにちは", "こんにちはー", "今日の天気は？", "ありがとね", "おはようございます", "今、何時？",
               "Hello!", "Hi Taro!", "thanks mom", "Thank you so much 😊", "Hello! 👋 How are you?",
-              "What day is it today?", "What’s the date?", "how's the weather?", "Bye!"]
+              "What day is it today?", "What’s the date?", "how's the weather?", "Bye!",
+              # an exploratory user's: the seed's "These days Taro goes for walks" entered
+              "How are you these days?", "How have you been lately?"]
 QUESTIONS = ["Thanks! How do I take my coffee?", "Hi, what do I drink these days?",
              "What was the weather in Hakone?", "What's the weather like in Kyoto?",
              "こんにちは、最近何飲んでる？", "天気のいい日にどこ行った？", "How do I take my coffee?",
              "Did that work out?", "Nice hot spring, right?", "How are you and your sister?",
+             "How are you feeling about the move these days?",
              # a greeting or "ok" with a topic word is a short question, not a greeting to a name
              "ok coffee?", "thanks, hakone", "great trip", "morning run?", "hey remember"]
 

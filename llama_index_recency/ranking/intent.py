@@ -119,6 +119,13 @@ def asks_about_present(question: str) -> bool:
     return compiled_patterns(tuple(PRESENT_PATTERNS)).search(question) is not None
 
 
+def without_time_phrases(question: str) -> str:
+    """``question`` with its phrases that point to the present or the past ("these days",
+    "used to", 「最近」) blanked out: what is left says what it asks about, not when."""
+    patterns = (*PRESENT_PATTERNS, *PAST_POINTING_PATTERNS)
+    return compiled_patterns(patterns).sub(" ", question)
+
+
 def asks_about_event(question: str) -> bool:
     """True when ``question`` contains one of :data:`EVENT_PATTERNS`."""
     return compiled_patterns(tuple(EVENT_PATTERNS)).search(question) is not None

@@ -24,6 +24,7 @@ from typing import Any, Optional, TypeVar
 
 from llama_index.core.schema import BaseNode, NodeWithScore
 
+from llama_index_recency.ranking.intent import without_time_phrases
 from llama_index_recency.ranking.ranked import RecencyRanking
 
 T = TypeVar("T")
@@ -186,6 +187,8 @@ def fused(plan: Generator[Any, Any, T], lexical: Optional[LexicalQuery],
 
 def question_terms(question: str) -> tuple[str, ...]:
     """The terms a question is searched by: its terms, at most :data:`MAX_QUESTION_TERMS`
-    (the longest first, a stand-in for the rarest before the store is asked)."""
-    found = sorted(terms(question), key=lambda t: (-len(t), t))
+    (the longest first, a stand-in for the rarest before the store is asked), less the
+    phrases that say which time it asks about ("these days" is no "day": it says when, and
+    the intent's bonus reads it)."""
+    found = sorted(terms(without_time_phrases(question)), key=lambda t: (-len(t), t))
     return tuple(sorted(found[:MAX_QUESTION_TERMS]))

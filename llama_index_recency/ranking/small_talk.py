@@ -23,7 +23,8 @@ SMALL_TALK_PATTERNS: list[str] = [
     r"hi|hello|hey|hiya|yo|good (?:morning|afternoon|evening|night)|morning|evening"
     r"|thanks(?: (?:a lot|so much))?|thank you(?: (?:so|very) much)?|thx|bye|goodbye|good ?bye"
     r"|see you(?: later| tomorrow| soon)?|take care|ok|okay|cool|nice|great|sure|got it|i see",
-    r"how are you(?: doing)?(?: today)?|how's it going|what's up",
+    r"how are you(?: doing)?(?: (?:today|these days|lately|recently|nowadays))?"
+    r"|how have you been(?: (?:lately|recently))?|how's it going|what's up",
     r"こんにちは|こんばんは|おはよう?(?:ございます)?|ありがと(?:う)?(?:ございます|ね)?|どうも"
     r"|おやすみ(?:なさい)?|またね|じゃあね|バイバイ|お疲れ(?:様)?|よろしく(?:お願いします)?|了解"
     r"|なるほど|元気(?:ですか)?|はい|うん",
