@@ -195,7 +195,22 @@ BAD_LINES = {
     "a boolean in a vector": (json.dumps({**GOOD, "embedding": [0.1, True]}),
                               '"embedding" must be a non-empty list of finite numbers'),
     "NaN in a vector": (json.dumps({**GOOD, "embedding": [0.1, float("nan")]}),
-                        '"embedding" must be a non-empty list of finite numbers'),
+                        'the "embedding" holds a number that is not finite as float32'),
+    # Found by an exploratory user: stored as float32, 1e39 became NaN, the memory was never
+    # found again, and every later export with embeddings could not be imported.
+    "a number float32 cannot hold": (
+        json.dumps({**GOOD, "embedding": [0.1, 1e39, 0.2], "embedding_model":
+                    {"model": "known-cosine", "dimensions": 3}}),
+        'the "embedding" holds a number that is not finite as float32'),
+    "a vector of zeros": (
+        json.dumps({**GOOD, "embedding": [0, 0.0, -0.0], "embedding_model":
+                    {"model": "known-cosine", "dimensions": 3}}),
+        'the "embedding" is all zeros: it has no direction for a cosine to compare'),
+    "nested too deeply": ('{"text": "x", "date": "2026-09-01", "metadata": {"k": '
+                          + "[" * 100_000 + "]" * 100_000 + "}}",
+                          "JSON this reader refuses: nested too deeply"),
+    "a number too long": ('{"text": "x", "date": "2026-09-01", "metadata": {"k": 1'
+                          + "0" * 5000 + "}}", "JSON this reader refuses: a number too long"),
     "a number for a vector": (json.dumps({**GOOD, "embedding": 0.5}),
                               '"embedding" must be a non-empty list of finite numbers'),
     "vector without model": (json.dumps({**GOOD, "embedding": [0.1, 0.2]}),

@@ -122,6 +122,18 @@ BAD_MEMORY_FILES = {
     "misspelled user": (json.dumps({"memories": [GOOD_ITEM, {**GOOD_ITEM, "user": "taro"}]})
                         .encode(), 'memory 2: unknown field "user" (the fields are fact, date, '
                         "key, user_id, supersedes)"),
+    # Found by an exploratory user: each was dropped, every memory stored under no user.
+    "file-wide user": (json.dumps({"user_id": "carol", "memories": [GOOD_ITEM]}).encode(),
+                       'unknown field "user_id" (the fields are memories, user_name, '
+                       "reference_date)"),
+    "misspelled user name": (json.dumps({"username": "Carol", "memories": [GOOD_ITEM]}).encode(),
+                             'unknown field "username" (the fields are memories, '
+                             "user_name, reference_date)"),
+    # Python's reader gives up on these with a RecursionError or a ValueError.
+    "nested too deeply": (b'{"memories": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+                          "is JSON this reader refuses: nested too deeply"),
+    "a number too long": (b'{"memories": [], "user_name": 1' + b"0" * 5000 + b"}",
+                          "is JSON this reader refuses: a number too long to read"),
 }
 
 

@@ -215,6 +215,20 @@ def test_a_non_uuid_node_id_is_refused_by_name(store: QdrantEdgeVectorStore) -> 
         store.get_nodes(node_ids=["x"])
 
 
+@pytest.mark.parametrize("vector, problem", [
+    ([1.0, float("nan")], "holds a number that is not finite as float32"),
+    ([1.0, 1e39], "holds a number that is not finite as float32"),  # inf once stored
+    ([0.0, -0.0], "is all zeros: it has no direction for a cosine to compare"),
+])
+def test_a_vector_a_cosine_cannot_compare_is_refused_by_node(
+        store: QdrantEdgeVectorStore, vector: list[float], problem: str) -> None:
+    """Stored, it would never be found again and would poison every export with embeddings."""
+    bad = TextNode(id_=node_id(2), text="bad", embedding=vector)
+    with pytest.raises(ValueError, match=re.escape(f"node {node_id(2)}'s embedding {problem}")):
+        store.add([TextNode(id_=node_id(1), text="ok", embedding=[1.0, 0.0]), bad])
+    assert store.count() == 0  # nothing of the batch was written
+
+
 def random_store(store: QdrantEdgeVectorStore, n: int = 300, dim: int = 32, seed: int = 7):
     """``n`` nodes with random vectors and varied metadata; returns (vectors, metadata list)."""
     rng = np.random.default_rng(seed)

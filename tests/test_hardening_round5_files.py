@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_index_recency import memory_node, open_memory_index
+from llama_index_recency import RecencyMemory, memory_node, open_memory_index
 from llama_index_recency.cli import main
 from llama_index_recency.cli.session import describe
 from llama_index_recency.errors import (
@@ -18,6 +18,7 @@ from llama_index_recency.errors import (
     InvalidInputError,
     InvalidSettingError,
     MemoryFileError,
+    MemoryStoreDamagedError,
     MigrationIncompleteError,
     RecencyError,
 )
@@ -190,6 +191,20 @@ def test_a_truncated_vector_file_is_a_damaged_store_and_add_does_not_advise_a_re
     assert f"the store at {shard(store)} is damaged: " in line_
     assert line_.endswith("; restore it from an export or backup")
     assert "rerun" not in line_ and "unexpected" not in line_
+
+
+@pytest.mark.parametrize("status", ["vectors", "deleted"])
+def test_a_truncated_status_file_is_a_damaged_store_not_a_panic(store: str, status: str,
+                                                                capsys) -> None:
+    """Edge panics on it (pyo3's PanicException, which no ``except Exception`` catches): an
+    app and the CLI got a traceback (found by an exploratory user)."""
+    next(shard(store).glob(f"segments/*/vector_storage/{status}/status.dat")).write_bytes(b"")
+    assert main(["list", "--store", store]) == 1
+    line_ = error_line(capsys.readouterr().err)
+    assert line_.startswith(f"error: the store at {shard(store)} is damaged: ")
+    assert line_.endswith("; restore it from an export or backup")
+    with pytest.raises(MemoryStoreDamagedError):
+        RecencyMemory(path=store, embed_model=embedding())
 
 
 def test_a_lost_edge_config_is_a_damaged_store_not_a_foreign_directory(store: str,

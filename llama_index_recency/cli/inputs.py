@@ -17,6 +17,7 @@ from llama_index_recency.records.examples import ExampleQuestion, QuestionKind
 from llama_index_recency.records.nodes import FutureMemoryDateError, control_character, memory_node
 from llama_index_recency.storage import MemoryStore
 from llama_index_recency.writing.backup import link_problem
+from llama_index_recency.writing.memory_file import json_refusal
 from llama_index_recency.writing.writer import Turn, parse_transcript
 
 # --- input files ------------------------------------------------------------------------
@@ -47,6 +48,9 @@ def _read_json(path: Path, what: str) -> Any:
         reason = error.msg.removesuffix(" at")  # "Unterminated string starting at"
         raise CommandError(f"{what} {path} is not valid JSON: {reason} at line {error.lineno} "
                            f"column {error.colno}") from None
+    except (RecursionError, ValueError) as error:  # nested too deep; an integer too long
+        raise CommandError(f"{what} {path} is JSON this reader refuses: "
+                           f"{json_refusal(error)}") from None
 
 
 def file_memories(path: Path, user_name: str | None, user_id: str | None,
@@ -62,6 +66,8 @@ def file_memories(path: Path, user_name: str | None, user_id: str | None,
     if not isinstance(data, dict) or not isinstance(data.get("memories"), list):
         raise CommandError(f'memory file {path}: expected a JSON object with a "memories" list, '
                            f"got {_json_kind(data)}")
+    # A file-wide "user_id" left out would store every memory under no user.
+    _refuse_unknown(data, FILE_FIELDS, f"memory file {path}")
     user_name = user_name or data.get("user_name")
     if user_name is not None and not isinstance(user_name, str):
         raise CommandError(f'memory file {path}: "user_name" must be a string, got '
@@ -88,6 +94,10 @@ def _check_repeats(nodes: Sequence[TextNode], labels: Sequence[str]) -> None:
         raise CommandError(f"{labels[number - 1]}: the same fact, date and user as memory "
                            f"{earlier}{differ}; keep one of them")
 
+
+FILE_FIELDS = ("memories", "user_name", "reference_date")
+"""An ``add --file`` file's own fields (each entry names its user; ``reference_date``, the
+bundled files' "today", is not read)."""
 
 ENTRY_FIELDS = ("fact", "date", "key", "user_id", "supersedes")
 """An ``add --file`` entry's fields; another (``"user"``, ``"superseeds"``) is refused, since

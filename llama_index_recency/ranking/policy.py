@@ -157,8 +157,7 @@ class RecencyPolicy(OneLineValidation, BaseModel):
         ),
     )
     supersede_window: int = Field(
-        default=20,
-        ge=2,
+        default=20, ge=2,
         description="How many top candidates by relevance the version comparison looks at.",
     )
     date_key: str = Field(
@@ -232,8 +231,7 @@ class RecencyPolicy(OneLineValidation, BaseModel):
     @classmethod
     def _check_date_key(cls, value: str) -> str:
         if not value.strip():
-            raise InvalidInputError("a blank key names no metadata; the package writes dates "
-                                    "under 'date'")
+            raise InvalidInputError("a blank key names no metadata (the dates are under 'date')")
         return value
 
     @field_validator("reference_date")

@@ -33,6 +33,20 @@ longer tail would be stored but never searched) and far below an LLM's context w
 so a retrieved memory always fits in one prompt.
 """
 
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest number a stored vector (float32) holds."""
+
+
+def vector_problem(vector: Sequence[float]) -> Optional[str]:
+    """What keeps ``vector`` from being stored and compared by cosine (a number that is not
+    finite in float32, or no direction at all), or None when it can be."""
+    if not all(abs(x) <= FLOAT32_MAX for x in vector):  # NaN and inf fail too
+        return "holds a number that is not finite as float32 (stored, it would be NaN)"
+    if not any(vector):
+        return "is all zeros: it has no direction for a cosine to compare"
+    return None
+
+
 SUBJECT_PLACEHOLDERS = {"en": "The user", "ja": "ユーザー"}
 """The generic subject the writer puts in facts, per language; ``user_name`` replaces it."""
 

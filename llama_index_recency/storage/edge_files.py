@@ -342,7 +342,8 @@ def opened_shard(path: str, open_shard: Any, *args: Any) -> Any:
         MemoryStoreLockedError: the shard is open in another process or handle.
         MemoryStoreReadOnlyError: the shard's directory is on a read-only filesystem.
         MemoryStoreFullError: the disk is full.
-        MemoryStoreDamagedError: loading failed on a missing, truncated or foreign file.
+        MemoryStoreDamagedError: loading failed on a missing, truncated or foreign file
+            (Edge's panic on one included).
         Exception: Edge's own error, as is, for anything else (``Permission denied``, or
             any failure to create a shard).
     """
@@ -350,16 +351,25 @@ def opened_shard(path: str, open_shard: Any, *args: Any) -> Any:
         raise read_only_error(path) from None
     try:
         return open_shard(*args)
-    except Exception as error:
+    except BaseException as error:
+        if not isinstance(error, Exception) and not is_edge_panic(error):
+            raise  # an interrupt stays one
         loading = open_shard is edge.EdgeShard.load
-        known = edge_error(path, args[0], error,
-                           damaged=loading and "Permission denied" not in str(error))
+        known = edge_error(path, args[0], error, damaged=loading and (
+            is_edge_panic(error) or "Permission denied" not in str(error)))
         if known is None:
             raise
         raise known from None
 
 
-def edge_error(path: str, loaded_from: str, error: Exception, *, damaged: bool
+def is_edge_panic(error: BaseException) -> bool:
+    """Whether ``error`` is a panic inside Edge (pyo3's ``PanicException``, a BaseException
+    no ``except Exception`` catches): a file it cannot read, such as a truncated vector
+    status file."""
+    return type(error).__name__ == "PanicException"
+
+
+def edge_error(path: str, loaded_from: str, error: BaseException, *, damaged: bool
                ) -> Optional[Exception]:
     """The one-line error for a failure Edge reports as a plain Exception with its text, on
     the shard at ``path`` loaded from ``loaded_from`` (itself or a temporary copy): another

@@ -21,6 +21,7 @@ from pydantic_core import PydanticSerializationError
 from llama_index_recency.errors import InvalidInputError
 from llama_index_recency.ranking.lexical import TERMS_KEY, stored_terms
 from llama_index_recency.ranking.sentences import SENTENCES_KEY, encoded, memory_sentences
+from llama_index_recency.records.nodes import vector_problem
 from llama_index_recency.records.text import is_one_statement
 from llama_index_recency.storage.filters import to_edge_filter
 
@@ -53,12 +54,14 @@ def node_point(node: BaseNode, *, flat_metadata: bool) -> tuple[str, list[float]
     and, for a node of one sentence, the mark that it needs no sentence vectors.
 
     Raises:
-        InvalidInputError: The node's id is not a UUID, it has no embedding, or its metadata
-            is not JSON.
+        InvalidInputError: The node's id is not a UUID, it has no embedding or one a cosine
+            cannot compare, or its metadata is not JSON.
     """
     identifier = point_id(node.node_id)
     if node.embedding is None:
         raise InvalidInputError(f"node {node.node_id} has no embedding")
+    if (problem := vector_problem(node.embedding)) is not None:
+        raise InvalidInputError(f"node {node.node_id}'s embedding {problem}")
     try:
         payload = node_to_metadata_dict(
             node, remove_text=False, flat_metadata=flat_metadata)

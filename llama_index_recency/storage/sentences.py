@@ -25,6 +25,7 @@ from llama_index_recency.records.nodes import canonical_id, is_memory_id
 from llama_index_recency.records.text import is_one_statement
 from llama_index_recency.storage.access import WRITES
 from llama_index_recency.storage.edge import QdrantEdgeVectorStore
+from llama_index_recency.storage.edge_files import is_edge_panic
 from llama_index_recency.storage.edge_points import (
     point_id,
     point_node,
@@ -113,7 +114,7 @@ def fill_sentences(store: BasePydanticVectorStore, embed_model: BaseEmbedding) -
     except BaseException as error:
         # An interrupt stays an interrupt; Edge reports a damaged payload file as a panic
         # (the question's own read then names the store).
-        if not isinstance(error, Exception) and type(error).__name__ != "PanicException":
+        if not isinstance(error, Exception) and not is_edge_panic(error):
             raise
         logger.warning("llama-index-recency: sentence vectors left to fill in next time "
                        "(%s: %s)", type(error).__name__, error)

@@ -24,6 +24,7 @@ from llama_index_recency.records.nodes import (
     control_character,
     is_memory_id,
     memory_node,
+    vector_problem,
 )
 from llama_index_recency.storage import MemoryStore, embedding_identity, get_memories
 
@@ -205,6 +206,8 @@ def _node(path: Path, number: int, raw: str
     except json.JSONDecodeError as error:
         reason = error.msg.removesuffix(" at")  # "Unterminated string starting at"
         raise bad(f"not valid JSON: {reason} at column {error.colno}") from None
+    except (RecursionError, ValueError) as error:  # nested too deep; an integer too long
+        raise bad(f"JSON this reader refuses: {json_refusal(error)}") from None
     if not isinstance(item, dict):
         raise bad(f"expected a JSON object, got {_kind(item)}")
     unknown = sorted(set(item) - set(FIELDS))
@@ -279,9 +282,10 @@ def _vector(item: dict[str, Any], bad: Any) -> Optional[list[float]]:
         return None
     vector, model = item["embedding"], item.get("embedding_model")
     kinds = set(map(type, vector)) if isinstance(vector, list) else {type(vector)}
-    if (not isinstance(vector, list) or not vector or not kinds <= {float, int}
-            or not all(map(math.isfinite, vector))):
+    if not isinstance(vector, list) or not vector or not kinds <= {float, int}:
         raise bad('"embedding" must be a non-empty list of finite numbers')
+    if (problem := vector_problem(vector)) is not None:
+        raise bad(f'the "embedding" {problem}')
     if not (isinstance(model, dict) and set(model) == {"model", "dimensions"}
             and isinstance(model["model"], str) and isinstance(model["dimensions"], int)):
         raise bad('an "embedding" needs its "embedding_model": {"model": name, '
@@ -290,6 +294,13 @@ def _vector(item: dict[str, Any], bad: Any) -> Optional[list[float]]:
         raise bad(f'the embedding has {len(vector)} numbers but "embedding_model" says '
                   f'{model["dimensions"]} dimensions')
     return vector if kinds == {float} else [float(x) for x in vector]
+
+
+def json_refusal(error: Exception) -> str:
+    """Why Python's JSON reader gave up on a line it could parse no further."""
+    if isinstance(error, RecursionError):
+        return "nested too deeply"
+    return "a number too long to read" if "digits" in str(error) else str(error)
 
 
 def _kind(value: Any) -> str:
