@@ -63,7 +63,7 @@ def execute(path: Path = NOTEBOOK) -> nbformat.NotebookNode:
     client = NotebookClient(notebook, kernel_name="python3", timeout=600, record_timing=False,
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute(env={**os.environ, "HF_HUB_OFFLINE": "1", "MPLBACKEND": "Agg"})
-    notebook.metadata.setdefault("llama_index_recency", {})[DIGEST_KEY] = platform_digest()
+    notebook.metadata["llama_index_recency"] = {DIGEST_KEY: platform_digest()}
     return notebook
 
 

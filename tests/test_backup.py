@@ -205,12 +205,19 @@ BAD_LINES = {
     "a vector of zeros": (
         json.dumps({**GOOD, "embedding": [0, 0.0, -0.0], "embedding_model":
                     {"model": "known-cosine", "dimensions": 3}}),
-        'the "embedding" is all zeros: it has no direction for a cosine to compare'),
-    "nested too deeply": ('{"text": "x", "date": "2026-09-01", "metadata": {"k": '
+        'the "embedding" has no length float32 can normalize by'),
+    "nested too deeply": ('{"text": "The user likes tea.", "date": "2026-09-01", "metadata": {"k": '
                           + "[" * 100_000 + "]" * 100_000 + "}}",
                           "JSON this reader refuses: nested too deeply"),
-    "a number too long": ('{"text": "x", "date": "2026-09-01", "metadata": {"k": 1'
-                          + "0" * 5000 + "}}", "JSON this reader refuses: a number too long"),
+    "a number too long": ('{"text": "The user likes tea.", "date": "2026-09-01", '
+                          '"metadata": {"k": 1' + "0" * 5000 + "}}",
+                          "JSON this reader refuses: a number too long"),
+    # Found by review: read, but 600 deep overflowed the NaN search; 4,000 digits reached Edge.
+    "nested 600 deep": ('{"text": "The user likes tea.", "date": "2026-09-01", "metadata": {"k": '
+                        + "[" * 600 + "]" * 600 + "}}", "is nested more than 32 deep"),
+    "an integer beyond 64 bits": (json.dumps({**GOOD, "metadata": {"k": 2 ** 64}}),
+                                  "metadata['k'] is an integer beyond 64 bits, which the store "
+                                  "cannot hold: give it as text"),
     "a number for a vector": (json.dumps({**GOOD, "embedding": 0.5}),
                               '"embedding" must be a non-empty list of finite numbers'),
     "vector without model": (json.dumps({**GOOD, "embedding": [0.1, 0.2]}),

@@ -218,7 +218,9 @@ def test_a_non_uuid_node_id_is_refused_by_name(store: QdrantEdgeVectorStore) -> 
 @pytest.mark.parametrize("vector, problem", [
     ([1.0, float("nan")], "holds a number that is not finite as float32"),
     ([1.0, 1e39], "holds a number that is not finite as float32"),  # inf once stored
-    ([0.0, -0.0], "is all zeros: it has no direction for a cosine to compare"),
+    ([0.0, -0.0], "has no length float32 can normalize by"),
+    ([1e38, 1e38], "has no length float32 can normalize by"),  # stored as [0, 0]
+    ([1e-30, 1e-30], "has no length float32 can normalize by"),
 ])
 def test_a_vector_a_cosine_cannot_compare_is_refused_by_node(
         store: QdrantEdgeVectorStore, vector: list[float], problem: str) -> None:

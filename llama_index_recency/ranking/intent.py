@@ -9,6 +9,7 @@ English and Japanese, so it is predictable and testable; extend it by adding pat
 :data:`PRESENT_PATTERNS` / :data:`PAST_POINTING_PATTERNS` / :data:`EVENT_PATTERNS` before
 the first question (they are compiled on first use). A past marker wins over a present
 one ("This is an old story, but I still…"), and a present one over an event's tense.
+:data:`TIME_PHRASES`, the phrases that say only when, are no terms of a question's words.
 Vague recent references ("the other day", 「この前」) are in no list.
 """
 
@@ -119,11 +120,25 @@ def asks_about_present(question: str) -> bool:
     return compiled_patterns(tuple(PRESENT_PATTERNS)).search(question) is not None
 
 
+TIME_PHRASES: list[str] = [
+    r"\b(?:these|those) days\b", r"\bnowadays\b", r"\blately\b", r"\brecently\b",
+    r"\bcurrent(?:ly)?\b", r"\bpresently\b", r"\bat (?:the|this) moment\b",
+    r"\bat present\b", r"\bright now\b", r"\bany ?more\b", r"\bused to\b", r"\buse to\b",
+    r"\bpreviously\b", r"\bformerly\b", r"\boriginally\b", r"\bat first\b",
+    r"\bin the past\b", r"\bin the old days\b",
+    r"\b(?:a )?(?:long )?(?:time|while) ago\b", r"\b(?:long|ages|years|months) ago\b",
+    r"最近", r"近頃|このごろ|この頃", r"現時点", r"現在(?!地)", r"(?:今|いま)(?=[はもで])", r"以前",
+    r"当初", r"かつて", r"もともと|元々",
+]
+"""Regular expressions (case-insensitive) for phrases that only say when a question is about
+(its intent reads them): none of their words is what it asks about. Narrower than the intent's
+lists, whose "back in", "last summer" or 前は hold words a question may be asking about."""
+
+
 def without_time_phrases(question: str) -> str:
-    """``question`` with its phrases that point to the present or the past ("these days",
-    "used to", 「最近」) blanked out: what is left says what it asks about, not when."""
-    patterns = (*PRESENT_PATTERNS, *PAST_POINTING_PATTERNS)
-    return compiled_patterns(patterns).sub(" ", question)
+    """``question`` with :data:`TIME_PHRASES` blanked out: what is left says what it asks
+    about, not when."""
+    return compiled_patterns(tuple(TIME_PHRASES)).sub(" ", question)
 
 
 def asks_about_event(question: str) -> bool:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from typing import Any, Literal, Optional
 
+import numpy as np
 from llama_index.core.schema import BaseNode, TextNode
 
 from llama_index_recency.errors import FutureMemoryDateError, InvalidInputError
@@ -38,12 +39,17 @@ FLOAT32_MAX = 3.4028234663852886e38
 
 
 def vector_problem(vector: Sequence[float]) -> Optional[str]:
-    """What keeps ``vector`` from being stored and compared by cosine (a number that is not
-    finite in float32, or no direction at all), or None when it can be."""
-    if not all(abs(x) <= FLOAT32_MAX for x in vector):  # NaN and inf fail too
+    """What keeps ``vector`` from being stored and compared by cosine (a number float32 cannot
+    hold, or a length a float32 store cannot normalize by), or None when it can be."""
+    values = np.asarray(vector, dtype=np.float64)
+    if not np.all(np.abs(values) <= FLOAT32_MAX):  # NaN and inf fail too
         return "holds a number that is not finite as float32 (stored, it would be NaN)"
-    if not any(vector):
-        return "is all zeros: it has no direction for a cosine to compare"
+    single = values.astype(np.float32)
+    with np.errstate(over="ignore", under="ignore"):
+        length = float(np.sqrt(np.dot(single, single)))  # in float32, as the store takes it
+    if not math.isfinite(length) or length == 0.0:
+        return ("has no length float32 can normalize by (all zeros, or numbers too large "
+                "or too small): a cosine could not compare it")
     return None
 
 
@@ -263,6 +269,10 @@ def _stored_value(value: Any, where: str, within: tuple[int, ...]) -> Any:
     if isinstance(value, str):
         _refuse_lone_surrogate(value, where)
         return value
+    if isinstance(value, int) and not isinstance(value, bool) \
+            and not -(2 ** 63) <= value < 2 ** 64:
+        raise InvalidInputError(f"{where} is an integer beyond 64 bits, which the store cannot "
+                                "hold: give it as text")
     if value is None or isinstance(value, (bool, int)) or (
             isinstance(value, float) and math.isfinite(value)):
         return value

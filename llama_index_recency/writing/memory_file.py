@@ -270,11 +270,16 @@ def _node(path: Path, number: int, raw: str
 
 
 def _non_finite(value: Any) -> Optional[float]:
-    """The first NaN or infinity in ``value`` (a JSON value: objects and lists searched)."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else value
-    inner = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
-    return next((found for item in inner if (found := _non_finite(item)) is not None), None)
+    """The first NaN or infinity in ``value`` (a JSON value: objects and lists searched, without
+    recursion: a line nested hundreds deep is refused by its depth later, in one line)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return item
+        inner = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend(reversed(list(inner)))
+    return None
 
 
 def _vector(item: dict[str, Any], bad: Any) -> Optional[list[float]]:
