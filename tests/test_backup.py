@@ -202,6 +202,10 @@ BAD_LINES = {
         json.dumps({**GOOD, "embedding": [0.1, 1e39, 0.2], "embedding_model":
                     {"model": "known-cosine", "dimensions": 3}}),
         'the "embedding" holds a number that is not finite as float32'),
+    "an integer beyond any float in a vector": (
+        json.dumps({**GOOD, "embedding": [0.1, 10 ** 400, 0.2], "embedding_model":
+                    {"model": "known-cosine", "dimensions": 3}}),
+        'the "embedding" holds a number that is not finite as float32'),
     "a vector of zeros": (
         json.dumps({**GOOD, "embedding": [0, 0.0, -0.0], "embedding_model":
                     {"model": "known-cosine", "dimensions": 3}}),

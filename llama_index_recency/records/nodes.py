@@ -41,7 +41,10 @@ FLOAT32_MAX = 3.4028234663852886e38
 def vector_problem(vector: Sequence[float]) -> Optional[str]:
     """What keeps ``vector`` from being stored and compared by cosine (a number float32 cannot
     hold, or a length a float32 store cannot normalize by), or None when it can be."""
-    values = np.asarray(vector, dtype=np.float64)
+    try:
+        values = np.asarray(vector, dtype=np.float64)
+    except OverflowError:  # an integer beyond any float
+        values = np.array([math.inf])
     if not np.all(np.abs(values) <= FLOAT32_MAX):  # NaN and inf fail too
         return "holds a number that is not finite as float32 (stored, it would be NaN)"
     single = values.astype(np.float32)
