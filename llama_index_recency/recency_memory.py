@@ -333,11 +333,11 @@ class RecencyMemory:
         check_question(query)
         user = self._user(user_id)
         check_limit(limit)
-        if limit is not None or filters is not None:
-            policy = self._policy or index_policy(self.index)
-            if limit is not None:
-                policy = policy.model_copy(update={"top_n": limit})
-            return self.retriever(user_id=user, policy=policy, filters=filters).explain(query)
+        if limit is not None or filters is not None:  # the user's own gate, as without them
+            top = {} if limit is None else {"top_n": limit}
+            given = None if self._policy is None else self._policy.model_copy(update=top)
+            return self.retriever(user_id=user, policy=given, filters=filters,
+                                  **(top if given is None else {})).explain(query)
         # One retriever per user and fit size while the policy stays: it counts the store once
         # and follows its gate, instead of a new one (and a count) per search.
         kept = self._searchers.get((user, self.min_fit_memories))

@@ -39,12 +39,14 @@ from qdrant_client import QdrantClient
 from llama_index_recency.errors import (
     InvalidInputError,
     MemoryStoreClosedError,
+    MemoryStoreDamagedError,
     MemoryStoreLockedError,
+    RecencyError,
 )
 from llama_index_recency.ranking.lexical import TERMS_KEY, stored_terms
 from llama_index_recency.storage import QdrantEdgeVectorStore, term_counts
 from llama_index_recency.storage.edge_cache import WriteAwareCache
-from llama_index_recency.storage.edge_files import METADATA_FILE
+from llama_index_recency.storage.edge_files import METADATA_FILE, close_shard, edge_calls
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -711,3 +713,37 @@ def test_a_store_missing_an_index_opens_on_a_full_disk_and_a_new_one_is_refused(
         store.close()
     with pytest.raises(MemoryStoreFullError, match="needed to create its payload indexes"):
         QdrantEdgeVectorStore(shard_path.parent / "new", dimensions=4)
+
+
+def test_a_call_failing_once_its_store_closed_is_a_closed_store_not_damage(tmp_path) -> None:
+    """Another thread's close() lets a running call fail inside Edge ("Shard is not
+    initialized"): that call met the close, it did not find a damaged file (found by an
+    exploratory user closing a store under a web server's readers)."""
+    def failing(closed: bool) -> type[Exception]:
+        with pytest.raises(RecencyError) as caught:
+            with edge_calls(str(tmp_path), str(tmp_path), lambda: closed):
+                raise Exception("Service runtime error: Shard is not initialized")
+        return type(caught.value)
+    assert failing(closed=True) is MemoryStoreClosedError
+    assert failing(closed=False) is MemoryStoreDamagedError
+
+
+class HeldShard:
+    """A shard whose close Edge refuses while ``held`` more calls of other threads run."""
+
+    def __init__(self, held: int) -> None:
+        self.held, self.closed = held, False
+
+    def close(self) -> None:
+        if self.held:
+            self.held -= 1
+            raise RuntimeError("Already borrowed")
+        self.closed = True
+
+
+def test_a_shard_is_closed_once_the_calls_holding_it_end() -> None:
+    shard = HeldShard(held=3)
+    close_shard(shard)
+    assert shard.closed
+    with pytest.raises(RuntimeError, match="Already borrowed"):
+        close_shard(HeldShard(held=10**9), wait=0.01)

@@ -117,3 +117,37 @@ def test_a_gate_fitted_without_the_words_is_refitted_with_them(e5, tmp_path: Pat
         assert retriever.wait_for_refit() is not None
         assert gate_record(memory.index)["relevance"] == "cosine+words"
         assert "fitted on 25 memories" in index_policy(memory.index).threshold_origin
+
+
+def test_a_search_with_a_limit_or_filters_keeps_the_users_own_gate(e5, tmp_path: Path) -> None:
+    """``limit`` caps, ``filters`` narrow: neither swaps Alice's gate for the store's, which
+    Bob's chatter raised (found by an exploratory user: limit=3 kept none of her memories)."""
+    from datetime import date
+
+    from llama_index.core.vector_stores.types import (
+        FilterOperator,
+        MetadataFilter,
+        MetadataFilters,
+    )
+
+    from llama_index_recency.storage import save_gate_fit
+
+    with RecencyMemory(e5, path=tmp_path / "store", min_fit_memories=1000) as memory:
+        memory.add([(n.get_content().split(": ", 1)[1], n.metadata["date"])
+                    for n in example_memories()], user_id="alice")
+        memory.add(chatter(30), user_id="bob")
+        units = memory.policy.gate_units
+        save_gate_fit(memory.index, units, {"en": 0.80, "ja": 0.80}, 16, date(2026, 9, 10),
+                      user_id="alice")
+        save_gate_fit(memory.index, units, {"en": 1.5, "ja": 1.5}, 46, date(2026, 9, 10))
+        recent = MetadataFilters(filters=[MetadataFilter(
+            key="date", operator=FilterOperator.GTE, value="2026-01-01")])
+        plain = memory.search(QUESTION, user_id="alice")
+        assert plain.threshold == 0.80 and plain.nodes
+        for ranking in (memory.search(QUESTION, user_id="alice", limit=1),
+                        memory.search(QUESTION, user_id="alice", filters=recent)):
+            assert (ranking.threshold, ranking.threshold_origin) == (plain.threshold,
+                                                                    plain.threshold_origin)
+            assert [n.node.node_id for n in ranking.nodes] == [
+                n.node.node_id for n in plain.nodes][:len(ranking.nodes)]
+            assert ranking.nodes

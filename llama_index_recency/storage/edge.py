@@ -32,6 +32,7 @@ from llama_index_recency.storage.edge_files import (
     METADATA_FILE,
     SPACE_HEADROOM,
     check_space,
+    close_shard,
     edge_calls,
     read_metadata,
     refuse_foreign_directory,
@@ -147,10 +148,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         self._open(dimensions)
         if dimensions is not None and dimensions != self.dimensions:
             self.close()
-            raise InvalidInputError(
-                f"the shard at {self.path} holds {self.dimensions}-dim vectors, "
-                f"not {dimensions}-dim"
-            )
+            raise InvalidInputError(f"the shard at {self.path} holds {self.dimensions}-dim "
+                                    f"vectors, not {dimensions}-dim")
 
     @classmethod
     def class_name(cls) -> str:
@@ -437,8 +436,8 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
         Idempotent."""
         if self._shard is not None:
             points = self._shard.count(edge.CountRequest(exact=True)) if self._written else 0
-            self._shard.close()
-            self._shard = None
+            shard, self._shard = self._shard, None  # a call failing from now on met the close
+            close_shard(shard)
             if self._written:  # on a full disk the next load assumes a WAL to replay
                 with suppress(OSError):
                     self.update_metadata({SHARD_STATE_KEY: {"closed": True, "points": points}})
@@ -484,7 +483,7 @@ class QdrantEdgeVectorStore(BasePydanticVectorStore):
 
     def _edge_calls(self) -> AbstractContextManager[None]:
         """Calls to the loaded shard (itself or its temporary copy), failures as one-line errors."""
-        return edge_calls(self.path, self._copy or self.path)
+        return edge_calls(self.path, self._copy or self.path, lambda: self._shard is None)
 
     @contextmanager
     def _writing(self, needed: int, what: str) -> Iterator[None]:

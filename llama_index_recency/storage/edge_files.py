@@ -9,7 +9,8 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Optional
 
@@ -17,6 +18,7 @@ import qdrant_edge as edge
 
 from llama_index_recency.errors import (
     InvalidInputError,
+    MemoryStoreClosedError,
     MemoryStoreDamagedError,
     MemoryStoreFullError,
     MemoryStoreLockedError,
@@ -362,6 +364,23 @@ def opened_shard(path: str, open_shard: Any, *args: Any) -> Any:
         raise known from None
 
 
+def close_shard(shard: Any, wait: float = 5.0) -> None:
+    """Close ``shard`` once no other thread's call holds it (Edge refuses a close during one
+    with "Already borrowed"): the caller has already stopped handing it to new calls.
+
+    Raises:
+        RuntimeError: A call still held it after ``wait`` seconds.
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return shard.close()
+        except RuntimeError as error:
+            if "Already borrowed" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.001)
+
+
 def is_edge_panic(error: BaseException) -> bool:
     """Whether ``error`` is a panic inside Edge (pyo3's ``PanicException``, a BaseException
     no ``except Exception`` catches): a file it cannot read, such as a truncated vector
@@ -392,15 +411,25 @@ def edge_error(path: str, loaded_from: str, error: BaseException, *, damaged: bo
 
 
 @contextmanager
-def edge_calls(path: str, loaded_from: str) -> Iterator[None]:
+def edge_calls(path: str, loaded_from: str,
+               closed: Callable[[], bool] = lambda: False) -> Iterator[None]:
     """Calls to the shard at ``path`` loaded from ``loaded_from``, failures as one-line errors
     naming the store (Edge reports a file it cannot read as a plain "Service runtime error:
-    …": the store is damaged)."""
+    …": the store is damaged).
+
+    Raises:
+        MemoryStoreClosedError: A call failed once its handle was ``closed`` (by another
+            thread while it ran).
+        MemoryStoreDamagedError: Edge could not read a file of the store; and the other
+            errors of :func:`edge_error`.
+    """
     try:
         yield
     except RecencyError:
         raise
     except Exception as error:
+        if closed():
+            raise MemoryStoreClosedError(f"the store at {path} is closed") from None
         text = str(error)
         known = edge_error(path, loaded_from, error,
                            damaged=text.startswith("Service runtime error")
