@@ -398,10 +398,10 @@ class RecencyMemoryBlock(OneLineValidation, BaseMemoryBlock[str]):
     def _require_store(self) -> None:
         """Refuse a conversation a closed store could only lose (its outbox file is the next
         opener's): raises MemoryStoreClosedError."""
-        store = self.index.vector_store
-        if isinstance(store, QdrantEdgeVectorStore) and store.closed:
-            raise MemoryStoreClosedError(f"{self.name}: the store at {store.path} is closed; "
-                                         "open it again and make a new block")
+        if self._store_closed():
+            raise MemoryStoreClosedError(f"{self.name}: the store at "
+                                         f"{getattr(self.index.vector_store, 'path', '')} is "
+                                         "closed; open it again and make a new block")
 
     def _store_closed(self) -> bool:
         """Whether the block's store was closed (nothing can be stored through it any more;

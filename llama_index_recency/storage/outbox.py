@@ -163,15 +163,16 @@ class Outbox:
         if path is None:
             return cls(None)
         key = Path(path).resolve()
+        live = owner if isinstance(owner, QdrantEdgeVectorStore) and not owner.closed else None
         with _OPEN_LOCK:
             outbox = _OPEN.get(key)
-            if outbox is None or (isinstance(owner, QdrantEdgeVectorStore) and not owner.closed
-                                  and outbox._owner is not None and outbox._owner.closed):
+            if outbox is None or (live is not None and outbox._owner is not None
+                                  and outbox._owner.closed):
                 # A store opened again: the file may hold what another process queued since.
                 outbox = _OPEN[key] = cls(key)
-            if isinstance(owner, QdrantEdgeVectorStore) and not owner.closed:
+            if live is not None:
                 with outbox._lock:
-                    outbox._owner = owner
+                    outbox._owner = live
             return outbox
 
     def __len__(self) -> int:
